@@ -1,0 +1,348 @@
+"""Modules, kernels that know their signature, packed argument blocks, and eager launch.
+
+A kernel's signature is read from its ``extern "C" __global__`` declaration in the source, so the Python side
+never restates it by hand (``expect=`` checks a stated one against the source). :class:`KernelArgs` is one packed
+host block, ``void* params[n]`` pointing into a value buffer, that ``cuLaunchKernel`` and graph kernel nodes
+read directly (the int-address form of ``kernelParams``, the fastest path cuda.bindings offers). Fields are
+rewritten in place by name, which is how graph nodes are updated later.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import struct
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+
+from cuda.bindings import driver
+
+from .compiler import Program, compile_file, compile_source
+from .context import Stream, device
+from .errors import ClosedError, check
+from .memory import _Array, as_view
+
+__all__ = ["Param", "Signature", "LaunchShape", "KernelArgs", "Kernel", "Module", "parse_signatures"]
+
+# C parameter type -> (our type name, struct format). Pointers of any pointee are "ptr".
+_C_TYPES = {
+    "int": "i32", "int32_t": "i32", "unsigned": "u32", "unsigned int": "u32", "uint32_t": "u32",
+    "long long": "i64", "long long int": "i64", "int64_t": "i64",
+    "unsigned long long": "u64", "unsigned long long int": "u64", "uint64_t": "u64", "size_t": "u64",
+    "cudaGraphConditionalHandle": "u64", "float": "f32", "double": "f64",
+}
+_FORMATS = {"ptr": "Q", "i32": "i", "u32": "I", "i64": "q", "u64": "Q", "f32": "f", "f64": "d"}
+_RANGES = {"i32": (-2**31, 2**31 - 1), "u32": (0, 2**32 - 1), "i64": (-2**63, 2**63 - 1),
+           "u64": (0, 2**64 - 1), "ptr": (0, 2**64 - 1)}
+
+
+@dataclass(frozen=True)
+class Param:
+    """One kernel parameter: its name and type (``ptr``, ``i32``, ``u32``, ``i64``, ``u64``, ``f32``, ``f64``)."""
+
+    name: str
+    type: str
+
+    def __post_init__(self):
+        if self.type not in _FORMATS:
+            raise ValueError(f"parameter {self.name!r}: unknown type {self.type!r} (one of {sorted(_FORMATS)})")
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A kernel's name and ordered parameters."""
+
+    name: str
+    params: tuple[Param, ...]
+
+    @classmethod
+    def parse(cls, text: str) -> Signature:
+        """``"rmsnorm(x: ptr, n: i32, eps: f32)"`` or ``"x:ptr, n:i32"`` (then the name is empty)."""
+        m = re.fullmatch(r"\s*(\w*)\s*\(?(.*?)\)?\s*", text, re.S)
+        params = [p.split(":") for p in m.group(2).split(",") if p.strip()]
+        return cls(m.group(1), tuple(Param(n.strip(), t.strip()) for n, t in params))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+    def __str__(self) -> str:
+        return f"{self.name}({', '.join(f'{p.name}: {p.type}' for p in self.params)})"
+
+
+def _c_param(decl: str, kernel: str) -> Param:
+    decl = re.sub(r"\b(const|volatile|__restrict__|__restrict|__grid_constant__)\b", " ", decl).strip()
+    m = re.fullmatch(r"(.*?)\s*([*&]*)\s*(\w+)", decl, re.S)
+    if not m:
+        raise ValueError(f"kernel {kernel}: cannot parse parameter {decl!r}")
+    ctype, stars, name = " ".join(m.group(1).split()), m.group(2), m.group(3)
+    if "&" in stars:
+        raise ValueError(f"kernel {kernel}: reference parameter {name!r} cannot be passed from the host")
+    if stars:
+        return Param(name, "ptr")
+    if ctype not in _C_TYPES:
+        raise ValueError(f"kernel {kernel}: parameter {name!r} has unsupported type {ctype!r}; "
+                         f"use a pointer or one of {sorted(_C_TYPES)}")
+    return Param(name, _C_TYPES[ctype])
+
+
+def parse_signatures(source: str) -> dict[str, Signature]:
+    """Signatures of every ``__global__`` function in ``source``, keyed by name."""
+    text = re.sub(r"//[^\n]*|/\*.*?\*/", " ", source, flags=re.S)
+    sigs = {}
+    for m in re.finditer(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+"
+                         r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(([^)]*)\)", text):
+        name, body = m.group(1), m.group(2).strip()
+        decls = [] if body in ("", "void") else [d for d in body.split(",")]
+        sigs[name] = Signature(name, tuple(_c_param(d, name) for d in decls))
+    return sigs
+
+
+@dataclass(frozen=True)
+class LaunchShape:
+    """Grid, block and dynamic shared memory of one launch; validated at construction."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared: int = 0
+
+    def __init__(self, grid, block, shared: int = 0):
+        g = _dim3(grid, "grid")
+        b = _dim3(block, "block")
+        if b[0] * b[1] * b[2] > 1024:
+            raise ValueError(f"block {b} has {b[0] * b[1] * b[2]} threads; the limit is 1024")
+        if shared < 0:
+            raise ValueError(f"shared memory must be >= 0, got {shared}")
+        object.__setattr__(self, "grid", g)
+        object.__setattr__(self, "block", b)
+        object.__setattr__(self, "shared", int(shared))
+
+
+def _dim3(v, what: str) -> tuple[int, int, int]:
+    t = (v,) if isinstance(v, int) else tuple(v)
+    if not 1 <= len(t) <= 3 or any(not isinstance(x, int) or x < 1 for x in t):
+        raise ValueError(f"{what} must be 1 to 3 positive ints, got {v!r}")
+    return (t + (1, 1))[:3]
+
+
+class KernelArgs:
+    """One packed argument block for a signature, with fields rewritten in place by name.
+
+    ``address`` is the address of the ``void*[]`` the driver reads. Pointer fields keep a reference to the
+    object they point into (a buffer, a CuPy array) so it cannot be freed while this block may be launched.
+    """
+
+    __slots__ = ("signature", "_values", "_buf", "_ptrs", "_layout", "refs", "address")
+
+    def __init__(self, signature: Signature, *args, **kwargs):
+        self.signature = signature
+        params = signature.params
+        offsets, off = [], 0
+        for p in params:
+            size = struct.calcsize(_FORMATS[p.type])
+            off = (off + size - 1) // size * size  # natural alignment, as the ABI lays kernel params out
+            offsets.append(off)
+            off += size
+        self._buf = (ctypes.c_char * max(off, 8))()
+        base = ctypes.addressof(self._buf)
+        self._ptrs = (ctypes.c_void_p * max(len(params), 1))(*(base + o for o in offsets))
+        self.address = ctypes.addressof(self._ptrs)
+        self._layout = {p.name: (p.type, "<" + _FORMATS[p.type], o) for p, o in zip(params, offsets)}
+        self._values, self.refs = {}, {}
+        self.set(**_bind(signature, args, kwargs))
+
+    def set(self, **named) -> None:
+        """Rewrite the named fields in place (type- and range-checked before any byte changes)."""
+        packed = []
+        for name, value in named.items():
+            try:
+                typ, fmt, off = self._layout[name]
+            except KeyError:
+                raise TypeError(f"{self.signature.name or 'kernel'}() has no argument {name!r}; "
+                                f"its arguments are {', '.join(self.signature.names)}") from None
+            raw, ref = _convert(self.signature.name, name, typ, value)
+            packed.append((name, fmt, off, raw, value, ref))
+        for name, fmt, off, raw, value, ref in packed:
+            struct.pack_into(fmt, self._buf, off, raw)
+            self._values[name] = value
+            self.refs[name] = ref
+
+    def __setitem__(self, name: str, value) -> None:
+        self.set(**{name: value})
+
+    def __getitem__(self, name: str):
+        return self._values[name]
+
+    def values(self) -> dict:
+        """The current value of every field, in signature order."""
+        return {n: self._values[n] for n in self.signature.names}
+
+    def raw(self, name: str):
+        """The value stored in the block for ``name`` (a pointer as an int), read back from the bytes."""
+        _, fmt, off = self._layout[name]
+        return struct.unpack_from(fmt, self._buf, off)[0]
+
+    def copy(self) -> KernelArgs:
+        """An independent block with the same values (each graph node owns its own)."""
+        return KernelArgs(self.signature, **self._values)
+
+    def __repr__(self) -> str:
+        return f"KernelArgs({self.signature.name}: {self.values()})"
+
+
+def _bind(sig: Signature, args: tuple, kwargs: dict) -> dict:
+    names = sig.names
+    if len(args) > len(names):
+        raise TypeError(f"{sig.name}() takes {len(names)} arguments, got {len(args)} positional")
+    bound = dict(zip(names, args))
+    for k, v in kwargs.items():
+        if k not in names:
+            raise TypeError(f"{sig.name}() has no argument {k!r}; its arguments are {', '.join(names)}")
+        if k in bound:
+            raise TypeError(f"{sig.name}() got argument {k!r} twice")
+        bound[k] = v
+    missing = [n for n in names if n not in bound]
+    if missing:
+        raise TypeError(f"{sig.name}() is missing argument(s) {', '.join(missing)}; signature: {sig}")
+    return bound
+
+
+def _convert(kernel: str, name: str, typ: str, value):
+    """(raw value to pack, object to keep alive) or a TypeError/ValueError naming the argument."""
+    where = f"{kernel}() argument {name!r} ({typ})"
+    if typ == "ptr":
+        if value is None:
+            return 0, None
+        if isinstance(value, int) and not isinstance(value, bool):
+            raw, ref = value, None
+        elif isinstance(value, _Array) or hasattr(value, "__cuda_array_interface__"):
+            ref = as_view(value)
+            raw = int(ref)
+        elif isinstance(value, driver.CUdeviceptr):
+            raw, ref = int(value), None
+        else:
+            raise TypeError(f"{where} needs a device pointer (int, DeviceBuffer, CuPy array, torch tensor), "
+                            f"got {type(value).__name__}")
+    elif typ in ("f32", "f64"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
+            raise TypeError(f"{where} needs a number, got {type(value).__name__}")
+        return float(value), None
+    else:
+        if isinstance(value, bool) or not hasattr(value, "__index__"):
+            raise TypeError(f"{where} needs an int, got {type(value).__name__}")
+        raw, ref = value.__index__(), None
+    lo, hi = _RANGES[typ]
+    if not lo <= raw <= hi:
+        raise ValueError(f"{where} = {raw} is out of range [{lo}, {hi}]")
+    return raw, ref
+
+
+class Kernel:
+    """One ``__global__`` function of a loaded :class:`Module`, with its signature. Pins its module."""
+
+    def __init__(self, module: Module, name: str, symbol: str, signature: Signature):
+        self.module, self.name, self.signature = module, name, signature
+        self.function = check(driver.cuModuleGetFunction(module.handle, symbol.encode()),
+                              f"cuModuleGetFunction({name})")
+        self._max_shared = 48 * 1024
+
+    def args(self, *args, **kwargs) -> KernelArgs:
+        """A new packed argument block; all arguments required, by position or name."""
+        return KernelArgs(self.signature, *args, **kwargs)
+
+    def prepare(self, shape: LaunchShape) -> None:
+        """Opt the function in to ``shape.shared`` bytes of dynamic shared memory if above 48 KiB."""
+        if shape.shared > self._max_shared:
+            attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            check(driver.cuFuncSetAttribute(self.function, attr, shape.shared), "cuFuncSetAttribute")
+            self._max_shared = shape.shared
+
+    def launch(self, shape: LaunchShape, args: KernelArgs, stream: Stream) -> None:
+        """Eager launch of a prepared argument block on ``stream`` (the hot path: one driver call)."""
+        if args.signature is not self.signature:
+            raise TypeError(f"argument block is for {args.signature.name}(), not {self.name}()")
+        if self.module.closed:
+            raise ClosedError(f"kernel {self.name}: its module was closed")
+        if shape.shared > self._max_shared:
+            self.prepare(shape)
+        g, b = shape.grid, shape.block
+        err, = driver.cuLaunchKernel(self.function, g[0], g[1], g[2], b[0], b[1], b[2], shape.shared,
+                                     stream.handle, args.address, 0)
+        if err:
+            check((err,), f"cuLaunchKernel({self.name}, grid={g}, block={b}, shared={shape.shared})")
+
+    def __call__(self, grid, block, *args, stream: Stream, shared: int = 0, **kwargs) -> KernelArgs:
+        """Convenience: pack the arguments and launch once; returns the block it launched."""
+        block_args = self.args(*args, **kwargs)
+        self.launch(LaunchShape(grid, block, shared), block_args, stream)
+        return block_args
+
+    def attributes(self) -> dict[str, int]:
+        """Registers per thread, local (spill) bytes, static shared bytes and max threads per block."""
+        a = driver.CUfunction_attribute
+        q = {"registers": a.CU_FUNC_ATTRIBUTE_NUM_REGS, "local_bytes": a.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES,
+             "shared_bytes": a.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+             "max_threads": a.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK}
+        return {k: check(driver.cuFuncGetAttribute(v, self.function), "cuFuncGetAttribute") for k, v in q.items()}
+
+    def __repr__(self) -> str:
+        return f"Kernel({self.signature})"
+
+
+def _unload(handle) -> None:
+    driver.cuModuleUnload(handle)
+
+
+class Module:
+    """A loaded cubin and the signatures of its kernels. Create with :meth:`from_file` / :meth:`from_source`."""
+
+    def __init__(self, program: Program, signatures: dict[str, Signature]):
+        device()
+        self.program, self.signatures = program, signatures
+        self.handle = check(driver.cuModuleLoadData(program.cubin), f"cuModuleLoadData({program.name})")
+        self._finalizer = weakref.finalize(self, _unload, self.handle)
+        self._kernels: dict[str, Kernel] = {}
+
+    @classmethod
+    def from_source(cls, source: str, name: str = "kernel.cu", **compile_kw) -> Module:
+        """Compile ``source`` for the current device and load it."""
+        return cls(compile_source(source, name, **compile_kw), parse_signatures(source))
+
+    @classmethod
+    def from_file(cls, path, **compile_kw) -> Module:
+        """Compile a ``.cu`` file (or a shipped kernel by bare name, e.g. ``"rmsnorm"``) and load it."""
+        program = compile_file(path, **compile_kw)
+        src = Path(path) if Path(path).exists() else None
+        from .compiler import kernel_dir
+        src = src or kernel_dir() / f"{path}.cu"
+        return cls(program, parse_signatures(src.read_text()))
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def kernel(self, name: str, expect: str | None = None) -> Kernel:
+        """The kernel ``name`` (a plain name or a templated name expression compiled with the module).
+
+        ``expect`` (``"x: ptr, n: i32"``) states the signature the caller relies on; it must match the source.
+        """
+        if self.closed:
+            raise ClosedError(f"module {self.program.name} was closed")
+        k = self._kernels.get(name)
+        if k is None:
+            base = name.split("<")[0].strip()
+            if base not in self.signatures:
+                raise KeyError(f"no kernel {name!r} in {self.program.name}; it has {sorted(self.signatures)}")
+            sig = Signature(name, self.signatures[base].params)
+            k = self._kernels[name] = Kernel(self, name, self.program.lowered.get(name, base), sig)
+        if expect is not None:
+            want = Signature.parse(expect).params
+            if want != k.signature.params:
+                raise TypeError(f"kernel {name}: stated signature ({expect}) does not match the source "
+                                f"{k.signature}")
+        return k
+
+    def close(self) -> None:
+        """Unload the module (idempotent); its kernels then refuse to launch."""
+        self._finalizer()
