@@ -1,0 +1,94 @@
+// sample.cu: next-token selection from fp32 logits.
+//
+// argmax:       tokens[b] = argmax_v logits[b, v] (lowest index on ties; NaN never wins).
+// sample:       Gumbel-max temperature sampling: tokens[b] = argmax_v logits[b, v] / temperature + G(b, v),
+//               G = -log(-log(u)), u in (0, 1) from a counter-based hash of (seed, step, row b, index v), so a
+//               token depends only on those values, never on launch order. temperature <= 0 -> greedy argmax.
+//               Reads *seed and *step from device memory; it does not change them.
+// advance_step: *step += 1 (launch once after each sample launch, grid = (1,), block = (1,)).
+//   argmax/sample: grid = (B,), block = (1024,) (any multiple of 32 up to 1024), shared = 0
+//   tokens [B]    int32 (written)
+//   logits [B, V] fp32
+//   seed   [1]    uint64 (device memory), step [1] int32 (device memory), temperature float32, V int32
+//
+// The hash (the NumPy equivalent lives in tests/test_kernels_proj.py; keep them in step):
+//   mix(z)  = splitmix64 finalizer of z + 0x9E3779B97F4A7C15
+//   rowkey  = mix(seed ^ mix((uint64(uint32(step)) << 32) | uint32(b)))
+//   r       = mix(rowkey + v)
+//   u       = (float(r >> 41) + 0.5f) * 2^-23      (exact in fp32)
+#include "common.cuh"
+#include <math_constants.h>
+
+__device__ __forceinline__ unsigned long long mix64(unsigned long long z) {
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+__device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
+    return v > bv || (v == bv && i < bi);
+}
+
+// Block-wide argmax of (value, index) pairs; thread 0 writes the index (0 when every value was NaN).
+__device__ __forceinline__ void block_argmax_store(float bv, int bi, int* out) {
+    __shared__ float sv[32];
+    __shared__ int si[32];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float v = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int i = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (better(v, i, bv, bi)) { bv = v; bi = i; }
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) { sv[warp] = bv; si[warp] = bi; }
+    __syncthreads();
+    if (warp == 0) {
+        bv = lane < (int)(blockDim.x >> 5) ? sv[lane] : -CUDART_INF_F;
+        bi = lane < (int)(blockDim.x >> 5) ? si[lane] : 0x7fffffff;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float v = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int i = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (better(v, i, bv, bi)) { bv = v; bi = i; }
+        }
+        if (lane == 0) *out = bi == 0x7fffffff ? 0 : bi;
+    }
+}
+
+extern "C" __global__ void argmax(int* __restrict__ tokens, const float* __restrict__ logits, int V) {
+    const float* row = logits + (size_t)blockIdx.x * V;
+    float bv = -CUDART_INF_F;
+    int bi = 0x7fffffff;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+        const float v = row[i];
+        if (better(v, i, bv, bi)) { bv = v; bi = i; }
+    }
+    block_argmax_store(bv, bi, tokens + blockIdx.x);
+}
+
+extern "C" __global__ void sample(int* __restrict__ tokens, const float* __restrict__ logits,
+                                  const unsigned long long* __restrict__ seed, const int* __restrict__ step,
+                                  float temperature, int V) {
+    const int b = blockIdx.x;
+    const float* row = logits + (size_t)b * V;
+    const bool greedy = !(temperature > 0.0f);
+    const unsigned long long key =
+        mix64(*seed ^ mix64(((unsigned long long)(unsigned)*step << 32) | (unsigned)b));
+    float bv = -CUDART_INF_F;
+    int bi = 0x7fffffff;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+        float v = row[i];
+        if (!greedy) {
+            const unsigned long long r = mix64(key + (unsigned long long)i);
+            const float u = ((float)(r >> 41) + 0.5f) * 1.1920928955078125e-07f;  // 2^-23
+            v = v / temperature - logf(-logf(u));
+        }
+        if (better(v, i, bv, bi)) { bv = v; bi = i; }
+    }
+    block_argmax_store(bv, bi, tokens + b);
+}
+
+extern "C" __global__ void advance_step(int* step) {
+    if (threadIdx.x == 0 && blockIdx.x == 0) *step += 1;
+}
