@@ -1,0 +1,287 @@
+// Paged decode attention (flash-decoding split-KV, grouped-query) and the combine of its partial results.
+//
+// out[b, h, :] = softmax(q[b, h, :] . K[b, 0:ctx, kv(h), :]^T * scale) @ V[b, 0:ctx, kv(h), :]
+//   ctx = positions[b] + 1; token t of row b lives in block block_tables[b, t / 16], slot t % 16;
+//   kv(h) = h / (H / KVH). Rows with positions[b] < 0 read no KV and write zeros.
+//
+// attention_hd{16,64,128}: one entry point per head dim (the head dim is a template parameter inside).
+//   grid  = (B, H / heads_per_block, max_splits), block = (128) = 4 warps, no dynamic shared memory.
+//   Block (b, y, s) serves query heads [y*G, y*G + G) (G = heads_per_block, 1..4, all of one KV head, so the
+//   group's K/V is read once) over tokens [s*partition, (s+1)*partition) of row b; a block whose partition
+//   starts at or past ctx exits at once, so the grid is fixed for the maximum context and one CUDA graph
+//   serves every length. Warps take 16-token pages in turn; each lane issues hd/16 16-byte loads of K and
+//   of V per page (a page of one KV head is one contiguous 16*hd*2-byte run), runs an online softmax in the
+//   log2 domain (fp32), and the 4 warps merge through shared memory in a fixed order.
+//   max_splits == 1: the block writes out directly (normalised bf16) and no combine is launched.
+//   max_splits  > 1: the block writes unnormalised partials (fp32) to the workspace, attention_combine merges.
+//   Contexts are clamped to min(max_blocks * 16, max_splits * partition) (what the table and grid can hold).
+//   Arguments:
+//     out          [B, H * hd]                    bf16   (written when max_splits == 1)
+//     part_o       [B, H, max_splits, hd]         fp32   workspace (unused when max_splits == 1; may be null)
+//     part_ml      [B, H, max_splits, 2]          fp32   workspace: running max (log2 domain), sum of exp2
+//     q            [B, H, hd]                     bf16   (RoPE applied)
+//     k_cache      [num_blocks, KVH, 16, hd]      bf16
+//     v_cache      [num_blocks, KVH, 16, hd]      bf16
+//     block_tables [B, max_blocks]                int32
+//     positions    [B]                            int32
+//     max_blocks   row stride of block_tables; n_heads H, n_kv_heads KVH; heads_per_block G (divides H/KVH,
+//     1..4); partition (tokens per split, a multiple of 64); max_splits (== gridDim.z); scale (1/sqrt(hd)).
+//
+// attention_combine: merges the partials of the splits that hold tokens, in split order (deterministic).
+//   grid = (B, H), block = (128). Inactive rows write zeros.
+//   Arguments: out [B, H*hd] bf16; part_o, part_ml as above; positions [B] int32; max_blocks; n_heads;
+//   head_dim; partition; max_splits.
+
+#include <cuda_bf16.h>
+
+#define ATTN_PAGE 16     // tokens per KV-cache block
+#define ATTN_WARPS 4
+#define ATTN_MAX_G 4     // query heads per block (register-resident accumulators)
+#define LOG2E 1.4426950408889634f
+#define ATTN_NEG_INF (-__int_as_float(0x7f800000))
+
+__device__ __forceinline__ int attn_ctx(int pos, int max_blocks, int partition, int max_splits) {
+    return min(pos + 1, min(max_blocks * ATTN_PAGE, partition * max_splits));
+}
+
+__device__ __forceinline__ void bf16x8_to_float(const uint4& u, float* f) {
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float2 v = __bfloat1622float2(h[i]);
+        f[2 * i] = v.x;
+        f[2 * i + 1] = v.y;
+    }
+}
+
+template <int HD, int G>
+__device__ __forceinline__ void attention_block(
+        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+        const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
+        const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
+        const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads, int partition,
+        int max_splits, float scale) {
+    constexpr int C = HD / 8;       // lanes per token row (one 16-byte chunk of 8 bf16 each)
+    constexpr int TPL = 32 / C;     // tokens covered by one warp-wide load
+    constexpr int J = ATTN_PAGE / TPL;  // loads per lane per page (K and V each)
+    __shared__ float m_s[ATTN_WARPS][G], l_s[ATTN_WARPS][G];
+    __shared__ float o_s[ATTN_WARPS][G][HD];
+
+    const int b = blockIdx.x, h0 = blockIdx.y * G, split = blockIdx.z;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int c = lane % C, tg = lane / C;
+    const int pos = positions[b];
+    const int ctx = attn_ctx(pos, max_blocks, partition, max_splits);
+    const int t0 = split * partition;
+    if (t0 >= ctx) {  // past the end (or inactive): nothing to read
+        if (split == 0 && max_splits == 1) {  // single pass: this block owns the zero output
+            for (int e = threadIdx.x; e < G * HD; e += blockDim.x)
+                out[((long long)b * n_heads + h0) * HD + e] = __float2bfloat16(0.f);
+        }
+        return;
+    }
+    const int t1 = min(t0 + partition, ctx);
+    const int kh = h0 / (n_heads / n_kv_heads);
+
+    float qr[G][8];  // this lane's 8 dims of each query head, pre-scaled into the log2 domain
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        const uint4 u = *reinterpret_cast<const uint4*>(q + ((long long)b * n_heads + h0 + g) * HD + c * 8);
+        bf16x8_to_float(u, qr[g]);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) qr[g][k] *= scale * LOG2E;
+    }
+    float m[G], l[G], acc[G][8];
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        m[g] = ATTN_NEG_INF;
+        l[g] = 0.f;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) acc[g][k] = 0.f;
+    }
+
+    const int* table = block_tables + (long long)b * max_blocks;
+    for (int page = t0 / ATTN_PAGE + warp; page * ATTN_PAGE < t1; page += ATTN_WARPS) {
+        const long long base = (((long long)table[page] * n_kv_heads + kh) * ATTN_PAGE) * HD;
+        const uint4* kp = reinterpret_cast<const uint4*>(k_cache + base);
+        const uint4* vp = reinterpret_cast<const uint4*>(v_cache + base);
+        uint4 kr[J], vr[J];
+#pragma unroll
+        for (int j = 0; j < J; ++j) kr[j] = __ldg(kp + j * 32 + lane);
+#pragma unroll
+        for (int j = 0; j < J; ++j) vr[j] = __ldg(vp + j * 32 + lane);
+
+        float s[G][J];
+#pragma unroll
+        for (int j = 0; j < J; ++j) {
+            float kf[8];
+            bf16x8_to_float(kr[j], kf);
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+                float d = 0.f;
+#pragma unroll
+                for (int k = 0; k < 8; ++k) d = fmaf(qr[g][k], kf[k], d);
+                s[g][j] = d;
+            }
+        }
+#pragma unroll
+        for (int off = C / 2; off >= 1; off /= 2)  // full dot products across the C lanes of a token row
+#pragma unroll
+            for (int g = 0; g < G; ++g)
+#pragma unroll
+                for (int j = 0; j < J; ++j) s[g][j] += __shfl_xor_sync(0xffffffffu, s[g][j], off);
+
+        const int tok0 = page * ATTN_PAGE + tg;
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            float mx = ATTN_NEG_INF;
+#pragma unroll
+            for (int j = 0; j < J; ++j) {
+                if (tok0 + j * TPL >= t1) s[g][j] = ATTN_NEG_INF;  // slots past ctx may hold anything
+                mx = fmaxf(mx, s[g][j]);
+            }
+#pragma unroll
+            for (int off = C; off < 32; off *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+            const float m_new = fmaxf(m[g], mx);  // finite: the page's first token is in range
+            const float alpha = exp2f(m[g] - m_new);
+            m[g] = m_new;
+            l[g] *= alpha;
+#pragma unroll
+            for (int k = 0; k < 8; ++k) acc[g][k] *= alpha;
+        }
+#pragma unroll
+        for (int j = 0; j < J; ++j) {
+            if (tok0 + j * TPL >= t1) continue;  // never multiply a garbage V slot (it may be NaN) by 0
+            float vf[8];
+            bf16x8_to_float(vr[j], vf);
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+                const float p = exp2f(s[g][j] - m[g]);
+                l[g] += p;
+#pragma unroll
+                for (int k = 0; k < 8; ++k) acc[g][k] = fmaf(p, vf[k], acc[g][k]);
+            }
+        }
+    }
+
+    // Sum over the token groups of the warp (lanes with the same chunk c), then publish per warp.
+#pragma unroll
+    for (int off = C; off < 32; off *= 2)
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            l[g] += __shfl_xor_sync(0xffffffffu, l[g], off);
+#pragma unroll
+            for (int k = 0; k < 8; ++k) acc[g][k] += __shfl_xor_sync(0xffffffffu, acc[g][k], off);
+        }
+    if (tg == 0) {
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+#pragma unroll
+            for (int k = 0; k < 8; ++k) o_s[warp][g][c * 8 + k] = acc[g][k];
+            if (c == 0) {
+                m_s[warp][g] = m[g];
+                l_s[warp][g] = l[g];
+            }
+        }
+    }
+    __syncthreads();
+
+    // Merge the warps in a fixed order. Warps that saw no page have m = -inf, l = 0, o = 0 (weight 0).
+    for (int e = threadIdx.x; e < G * HD; e += blockDim.x) {
+        const int g = e / HD, d = e % HD;
+        float mm = m_s[0][g];
+#pragma unroll
+        for (int w = 1; w < ATTN_WARPS; ++w) mm = fmaxf(mm, m_s[w][g]);
+        float ll = 0.f, oo = 0.f;
+#pragma unroll
+        for (int w = 0; w < ATTN_WARPS; ++w) {
+            const float wt = exp2f(m_s[w][g] - mm);
+            ll = fmaf(l_s[w][g], wt, ll);
+            oo = fmaf(o_s[w][g][d], wt, oo);
+        }
+        const long long bh = (long long)b * n_heads + h0 + g;
+        if (max_splits == 1) {
+            out[bh * HD + d] = __float2bfloat16(oo / ll);
+        } else {
+            part_o[(bh * max_splits + split) * HD + d] = oo;
+            if (d == 0) {
+                part_ml[(bh * max_splits + split) * 2] = mm;
+                part_ml[(bh * max_splits + split) * 2 + 1] = ll;
+            }
+        }
+    }
+}
+
+template <int HD>
+__device__ __forceinline__ void attention_dispatch(
+        __nv_bfloat16* out, float* part_o, float* part_ml, const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
+        const __nv_bfloat16* v_cache, const int* block_tables, const int* positions, int max_blocks, int n_heads,
+        int n_kv_heads, int heads_per_block, int partition, int max_splits, float scale) {
+#define ATTN_CASE(G_)                                                                                        \
+    case G_:                                                                                                 \
+        attention_block<HD, G_>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions,          \
+                                max_blocks, n_heads, n_kv_heads, partition, max_splits, scale);              \
+        break;
+    switch (heads_per_block) {
+        ATTN_CASE(1)
+        ATTN_CASE(2)
+        ATTN_CASE(3)
+        ATTN_CASE(4)
+    }
+#undef ATTN_CASE
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+attention_hd16(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+               const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
+               const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
+               const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads, int heads_per_block,
+               int partition, int max_splits, float scale) {
+    attention_dispatch<16>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks, n_heads,
+                           n_kv_heads, heads_per_block, partition, max_splits, scale);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+attention_hd64(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+               const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
+               const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
+               const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads, int heads_per_block,
+               int partition, int max_splits, float scale) {
+    attention_dispatch<64>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks, n_heads,
+                           n_kv_heads, heads_per_block, partition, max_splits, scale);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+attention_hd128(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+                const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
+                const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
+                const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads, int heads_per_block,
+                int partition, int max_splits, float scale) {
+    attention_dispatch<128>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks, n_heads,
+                           n_kv_heads, heads_per_block, partition, max_splits, scale);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+attention_combine(__nv_bfloat16* __restrict__ out, const float* __restrict__ part_o,
+                  const float* __restrict__ part_ml, const int* __restrict__ positions, int max_blocks,
+                  int n_heads, int head_dim, int partition, int max_splits) {
+    const int b = blockIdx.x, h = blockIdx.y;
+    const long long bh = (long long)b * n_heads + h;
+    const int ctx = attn_ctx(positions[b], max_blocks, partition, max_splits);
+    if (ctx <= 0) {
+        for (int d = threadIdx.x; d < head_dim; d += blockDim.x) out[bh * head_dim + d] = __float2bfloat16(0.f);
+        return;
+    }
+    const int n = (ctx + partition - 1) / partition;  // splits that hold tokens (all others were skipped)
+    const float* ml = part_ml + bh * max_splits * 2;
+    float mm = ATTN_NEG_INF;
+    for (int s = 0; s < n; ++s) mm = fmaxf(mm, ml[2 * s]);
+    float ll = 0.f;
+    for (int s = 0; s < n; ++s) ll = fmaf(ml[2 * s + 1], exp2f(ml[2 * s] - mm), ll);
+    const float inv = 1.f / ll;
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        float oo = 0.f;
+        for (int s = 0; s < n; ++s) oo = fmaf(part_o[(bh * max_splits + s) * head_dim + d], exp2f(ml[2 * s] - mm), oo);
+        out[bh * head_dim + d] = __float2bfloat16(oo * inv);
+    }
+}

@@ -1,0 +1,113 @@
+"""Launch shapes and workspace sizes of the attention-side decode kernels, as one pure function.
+
+The decode step launches, per layer (see ``kernels/rope_append.cu`` and ``kernels/attention.cu``)::
+
+    plan = attention_plan(cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, batch, cfg.max_seq_len)
+    rope_append(q_out, k_cache, v_cache, qkv, positions, block_tables, max_blocks,
+                n_heads, n_kv_heads, head_dim, theta)                      # plan.rope
+    attention_hd<hd>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
+                     n_heads, n_kv_heads, plan.heads_per_block, plan.partition, plan.max_splits,
+                     plan.scale)                                          # plan.attention, plan.kernel
+    if plan.combine:
+        attention_combine(out, part_o, part_ml, positions, max_blocks, n_heads, head_dim,
+                          plan.partition, plan.max_splits)                # plan.combine_shape
+
+``part_o`` / ``part_ml`` are fp32 workspaces of ``plan.part_o_shape`` / ``plan.part_ml_shape``; they need no
+zeroing (only the splits that hold tokens are written and read) and may be shared by every layer. The grid is
+fixed for ``max_seq_len``: blocks past a row's context exit at once, so one captured graph serves every length.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..kernel import LaunchShape
+
+__all__ = ["AttentionPlan", "attention_plan", "attention_plan_for", "HEAD_DIMS", "BLOCK_SIZE"]
+
+HEAD_DIMS = (16, 64, 128)  # head dims with an attention_hd<hd> entry point
+BLOCK_SIZE = 16  # tokens per KV-cache block
+_MAX_HEADS_PER_BLOCK = 4  # register-resident accumulators in attention.cu
+_PARTITIONS = (512, 256, 128, 64)  # tokens per split, largest first (a multiple of 4 warps * 16 tokens)
+
+
+@dataclass(frozen=True)
+class AttentionPlan:
+    """How to launch rope_append, attention_hd<hd> and attention_combine for one batch size.
+
+    Attributes
+    ----------
+    kernel : the attention entry point, ``"attention_hd<hd>"``.
+    heads_per_block : query heads served by one block (all of one KV head's group, or an equal share of it).
+    partition : tokens per split; max_splits = ceil(max_seq_len / partition).
+    combine : whether attention_combine must run (max_splits > 1); otherwise attention writes ``out`` itself.
+    part_o_shape, part_ml_shape : fp32 workspace shapes ``[B, H, max_splits, hd]`` and ``[B, H, max_splits, 2]``.
+    workspace_bytes : both workspaces together (0 when no combine is needed).
+    """
+
+    kernel: str
+    rope: LaunchShape
+    attention: LaunchShape
+    combine_shape: LaunchShape | None
+    heads_per_block: int
+    partition: int
+    max_splits: int
+    scale: float
+    part_o_shape: tuple[int, int, int, int]
+    part_ml_shape: tuple[int, int, int, int]
+
+    @property
+    def combine(self) -> bool:
+        return self.max_splits > 1
+
+    @property
+    def workspace_bytes(self) -> int:
+        if not self.combine:
+            return 0
+        return 4 * (math.prod(self.part_o_shape) + math.prod(self.part_ml_shape))
+
+
+def attention_plan(n_heads: int, n_kv_heads: int, head_dim: int, batch: int, max_seq_len: int, *,
+                   num_sms: int = 132, partition: int | None = None) -> AttentionPlan:
+    """Plan the attention kernels for ``batch`` rows and contexts up to ``max_seq_len`` tokens.
+
+    The partition (tokens per split) is the largest of 512/256/128/64 that still gives at least two blocks per
+    SM at the maximum context (``num_sms``: 132 on the H200), so short batches spread over the GPU; a
+    ``max_seq_len`` that fits one partition runs as a single pass with no combine. ``partition`` forces a value
+    (a multiple of 64), e.g. to test the split path with short contexts.
+    """
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"head_dim {head_dim} has no attention kernel (one of {HEAD_DIMS})")
+    if n_kv_heads < 1 or n_heads % n_kv_heads:
+        raise ValueError(f"n_heads {n_heads} must be a multiple of n_kv_heads {n_kv_heads}")
+    if batch < 1 or max_seq_len < 1:
+        raise ValueError(f"batch ({batch}) and max_seq_len ({max_seq_len}) must be >= 1")
+    group = n_heads // n_kv_heads
+    g = max(d for d in range(1, _MAX_HEADS_PER_BLOCK + 1) if group % d == 0)
+    y = n_heads // g
+    if partition is None:
+        partition = next((p for p in _PARTITIONS if batch * y * math.ceil(max_seq_len / p) >= 2 * num_sms),
+                         _PARTITIONS[-1])
+    if partition < 64 or partition % 64:
+        raise ValueError(f"partition {partition} must be a positive multiple of 64")
+    splits = math.ceil(max_seq_len / partition)
+    return AttentionPlan(
+        kernel=f"attention_hd{head_dim}",
+        rope=LaunchShape(grid=(batch,), block=(256,)),
+        attention=LaunchShape(grid=(batch, y, splits), block=(128,)),
+        combine_shape=LaunchShape(grid=(batch, n_heads), block=(128,)) if splits > 1 else None,
+        heads_per_block=g,
+        partition=partition,
+        max_splits=splits,
+        scale=1.0 / math.sqrt(head_dim),
+        part_o_shape=(batch, n_heads, splits, head_dim),
+        part_ml_shape=(batch, n_heads, splits, 2),
+    )
+
+
+def attention_plan_for(cfg, batch: int, max_seq_len: int | None = None, **kw) -> AttentionPlan:
+    """:func:`attention_plan` from a :class:`~rawgraphs.model.config.ModelConfig` (``max_seq_len`` defaults to
+    the config's)."""
+    return attention_plan(cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, batch,
+                          cfg.max_seq_len if max_seq_len is None else max_seq_len, **kw)
