@@ -1,0 +1,7 @@
+"""Llama-style decode model: config, weights, and the float64 NumPy reference."""
+
+from .config import ModelConfig
+from .reference import BlockAllocator, ReferenceModel, make_block_tables
+from .weights import LayerWeights, Weights
+
+__all__ = ["ModelConfig", "Weights", "LayerWeights", "ReferenceModel", "BlockAllocator", "make_block_tables"]

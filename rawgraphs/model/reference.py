@@ -11,9 +11,12 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from .config import ModelConfig
+from .weights import Weights
+
 __all__ = [
     "embedding", "rmsnorm", "linear", "rope", "silu_mul", "attention", "paged_attention", "append_kv",
-    "argmax", "to_bf16",
+    "argmax", "to_bf16", "BlockAllocator", "make_block_tables", "ReferenceModel",
 ]
 
 BLOCK_SIZE = 16
@@ -128,3 +131,102 @@ def append_kv(k_cache, v_cache, k, v, block_tables, positions) -> None:
 def argmax(logits) -> np.ndarray:
     """Greedy token per row of ``logits[B, V]`` (lowest index on ties) -> ``int32[B]``."""
     return np.argmax(np.asarray(logits), axis=-1).astype(np.int32)
+
+
+class BlockAllocator:
+    """Hands out KV-cache block ids from a free list; seeded, the order is shuffled (non-contiguous tables)."""
+
+    def __init__(self, num_blocks: int, seed: int | None = None):
+        order = np.arange(num_blocks)
+        if seed is not None:
+            np.random.default_rng(seed).shuffle(order)
+        self._free = [int(i) for i in order[::-1]]  # pop() from the end takes `order` front to back
+
+    @property
+    def num_free(self) -> int:
+        """Blocks not handed out."""
+        return len(self._free)
+
+    def allocate(self, n: int) -> list[int]:
+        """``n`` block ids; raises ``MemoryError`` when fewer are free."""
+        if n > len(self._free):
+            raise MemoryError(f"KV cache full: {n} blocks wanted, {len(self._free)} free")
+        return [self._free.pop() for _ in range(n)]
+
+    def grow(self, blocks: list[int], n_tokens: int) -> list[int]:
+        """Append blocks to one sequence's list until it holds ``n_tokens`` tokens; returns the list."""
+        need = -(-n_tokens // BLOCK_SIZE) - len(blocks)
+        if need > 0:
+            blocks.extend(self.allocate(need))
+        return blocks
+
+    def free(self, blocks: list[int]) -> None:
+        """Give blocks back."""
+        self._free.extend(reversed(blocks))
+
+
+def make_block_tables(rows: list[list[int]], max_blocks: int) -> np.ndarray:
+    """Per-sequence block lists -> ``int32 [B, max_blocks]``, padded with block 0 (never read past ctx_len)."""
+    table = np.zeros((len(rows), max_blocks), dtype=np.int32)  # [B, MB]
+    for b, blocks in enumerate(rows):
+        table[b, :len(blocks)] = blocks
+    return table
+
+
+class ReferenceModel:
+    """The whole decode step in float64 NumPy over a paged KV cache laid out as on the GPU.
+
+    Per layer the caches are ``k_cache[l], v_cache[l]: [num_blocks, KVH, 16, hd]``. With
+    ``bf16_activations=True`` (the default) values are rounded to bf16 where the GPU stores bf16 tensors, so a
+    GPU-vs-reference comparison can be tight. The rounding points, in step order:
+
+    1. ``h = rmsnorm(x)`` (both norms in each layer, and the final norm);
+    2. ``qkv = h @ w_qkv^T``; then ``q`` after RoPE; ``k`` after RoPE and ``v`` when stored in the bf16 cache;
+    3. the attention output ``a``;
+    4. the residual after each add, ``x + a @ w_o^T`` and ``x + m @ w_down^T`` (the projection is added to the
+       residual in fp32 and rounded once: the GEMV epilogue fuses the residual add);
+    5. ``gu = h @ w_gate_up^T`` and ``m = silu(gate) * up``;
+    6. logits are rounded to fp32.
+
+    The embedding gather is exact (the table is bf16). With ``bf16_activations=False`` everything stays float64
+    and the caches are float64.
+    """
+
+    def __init__(self, cfg: ModelConfig, weights: Weights, num_blocks: int, bf16_activations: bool = True):
+        self.cfg, self.weights, self.bf16_activations = cfg, weights, bf16_activations
+        shape = (num_blocks, cfg.n_kv_heads, BLOCK_SIZE, cfg.head_dim)
+        dtype = ml_dtypes.bfloat16 if bf16_activations else np.float64
+        self.k_cache = [np.zeros(shape, dtype) for _ in range(cfg.n_layers)]  # L x [NB, KVH, 16, hd]
+        self.v_cache = [np.zeros(shape, dtype) for _ in range(cfg.n_layers)]  # L x [NB, KVH, 16, hd]
+
+    def _store(self, a: np.ndarray) -> np.ndarray:
+        return to_bf16(a) if self.bf16_activations else a
+
+    def step(self, tokens, positions, block_tables) -> np.ndarray:
+        """Decode one token per row: ``tokens[B]`` at ``positions[B]`` -> ``logits[B, V]`` (float64).
+
+        Appends each active row's K, V at its position (``block_tables [B, max_blocks]``) before attending over
+        ``positions[b] + 1`` tokens. Inactive rows (``positions[b] < 0``) write no cache and attend to nothing.
+        """
+        cfg, w, r = self.cfg, self.weights, self._store
+        positions = np.asarray(positions, dtype=np.int64)  # [B]
+        n, h_, kvh, hd = len(positions), cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        x = embedding(tokens, w.embed)  # [B, D]
+        for layer, lw in enumerate(w.layers):
+            h = r(rmsnorm(x, lw.attn_norm, cfg.rms_norm_eps))  # [B, D]
+            qkv = r(linear(h, lw.w_qkv))  # [B, (H + 2*KVH)*hd]
+            q = qkv[:, :cfg.q_dim].reshape(n, h_, hd)  # [B, H, hd]
+            k = qkv[:, cfg.q_dim:cfg.q_dim + cfg.kv_dim].reshape(n, kvh, hd)  # [B, KVH, hd]
+            v = qkv[:, cfg.q_dim + cfg.kv_dim:].reshape(n, kvh, hd)  # [B, KVH, hd]
+            q = r(rope(q, positions, cfg.rope_theta))
+            k = rope(k, positions, cfg.rope_theta)
+            append_kv(self.k_cache[layer], self.v_cache[layer], k, v, block_tables, positions)
+            a = r(paged_attention(q, self.k_cache[layer], self.v_cache[layer], block_tables, positions + 1))
+            x = r(x + linear(a.reshape(n, cfg.q_dim), lw.w_o))  # [B, D]
+            h = r(rmsnorm(x, lw.mlp_norm, cfg.rms_norm_eps))
+            gu = r(linear(h, lw.w_gate_up))  # [B, 2F]
+            m = r(silu_mul(gu))  # [B, F]
+            x = r(x + linear(m, lw.w_down))  # [B, D]
+        h = r(rmsnorm(x, w.final_norm, cfg.rms_norm_eps))
+        logits = linear(h, w.lm_head)  # [B, V]
+        return logits.astype(np.float32).astype(np.float64) if self.bf16_activations else logits
