@@ -18,6 +18,7 @@ from pathlib import Path
 
 from cuda.bindings import driver
 
+from .capture_state import state as capture_state
 from .compiler import Program, compile_file, compile_source
 from .context import Stream, device
 from .errors import ClosedError, check
@@ -154,6 +155,11 @@ class KernelArgs:
 
     def set(self, **named) -> None:
         """Rewrite the named fields in place (type- and range-checked before any byte changes)."""
+        self.apply(self.pack(**named))
+
+    def pack(self, **named) -> tuple:
+        """Check and convert values once; :meth:`apply` writes them into any block of this signature (the
+        batched graph update packs once and applies to many nodes)."""
         packed = []
         for name, value in named.items():
             try:
@@ -163,10 +169,15 @@ class KernelArgs:
                                 f"its arguments are {', '.join(self.signature.names)}") from None
             raw, ref = _convert(self.signature.name, name, typ, value)
             packed.append((name, fmt, off, raw, value, ref))
+        return tuple(packed)
+
+    def apply(self, packed: tuple) -> None:
+        """Write values made by :meth:`pack` of a block with the same signature."""
+        buf, values, refs = self._buf, self._values, self.refs
         for name, fmt, off, raw, value, ref in packed:
-            struct.pack_into(fmt, self._buf, off, raw)
-            self._values[name] = value
-            self.refs[name] = ref
+            struct.pack_into(fmt, buf, off, raw)
+            values[name] = value
+            refs[name] = ref
 
     def __setitem__(self, name: str, value) -> None:
         self.set(**{name: value})
@@ -271,6 +282,8 @@ class Kernel:
                                      stream.handle, args.address, 0)
         if err:
             check((err,), f"cuLaunchKernel({self.name}, grid={g}, block={b}, shared={shape.shared})")
+        if capture_state.depth:  # inside Graph.capture: keep a named record of the node just captured
+            capture_state.on_launch(self, shape, args, stream)
 
     def __call__(self, grid, block, *args, stream: Stream, shared: int = 0, **kwargs) -> KernelArgs:
         """Convenience: pack the arguments and launch once; returns the block it launched."""

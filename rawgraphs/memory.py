@@ -7,33 +7,18 @@ Anything with ``__cuda_array_interface__`` (CuPy arrays, torch CUDA tensors) can
 from __future__ import annotations
 
 import math
-import threading
 import weakref
 
 import numpy as np
 from cuda.bindings import driver
 
 from .context import Stream, device
-from .errors import CaptureError, ClosedError, check, error_from
+from .capture_state import state as capture_state
+from .errors import ClosedError, check
 
-__all__ = ["DeviceBuffer", "HostBuffer", "DeviceView", "as_view", "capture_guard"]
-
-
-class _CaptureGuard(threading.local):
-    """How many rawgraphs captures this thread has open. A synchronous host<->device copy during capture
-    *succeeds and is not recorded* (the driver runs it now), so we refuse it ourselves."""
-
-    depth = 0
-
-    def refuse(self, what: str) -> None:
-        if self.depth:
-            err = error_from(driver.CUresult.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
-            raise CaptureError(err, "ACTIVE (rawgraphs refused the call; the capture is still valid)", what,
-                               f"{what} runs immediately and is NOT recorded in the graph: use an async copy "
-                               "on the capturing stream (from pinned memory) or a memcpy node.")
+__all__ = ["DeviceBuffer", "HostBuffer", "DeviceView", "as_view"]
 
 
-capture_guard = _CaptureGuard()
 
 
 def _typed(shape, dtype) -> tuple[tuple[int, ...], np.dtype, int]:
@@ -62,7 +47,7 @@ class _Array:
 
     def to_numpy(self) -> np.ndarray:
         """Synchronous copy to a new host array of this shape and dtype."""
-        capture_guard.refuse("DeviceBuffer.to_numpy (cuMemcpyDtoH)")
+        capture_state.refuse("DeviceBuffer.to_numpy (cuMemcpyDtoH)")
         out = np.empty(self.shape, self.dtype)
         if out.nbytes:
             check(driver.cuMemcpyDtoH(out.ctypes.data, self.ptr, out.nbytes), "cuMemcpyDtoH")
@@ -75,7 +60,7 @@ class _Array:
         if host.nbytes != self.nbytes:
             raise ValueError(f"size mismatch: host array has {host.nbytes} bytes, buffer {self.nbytes}")
         if stream is None:
-            capture_guard.refuse("DeviceBuffer.copy_from (synchronous cuMemcpyHtoD)")
+            capture_state.refuse("DeviceBuffer.copy_from (synchronous cuMemcpyHtoD)")
             check(driver.cuMemcpyHtoD(self.ptr, host.ctypes.data, host.nbytes), "cuMemcpyHtoD")
         else:
             check(driver.cuMemcpyHtoDAsync(self.ptr, host.ctypes.data, host.nbytes, stream.handle),
@@ -103,7 +88,6 @@ class DeviceBuffer(_Array):
     def __init__(self, shape, dtype=np.uint8):
         self.shape, self.dtype, nbytes = _typed(shape, dtype)
         device()
-        capture_guard.refuse("DeviceBuffer(...) (cuMemAlloc)")
         self.ptr = int(check(driver.cuMemAlloc(max(nbytes, 1)), "cuMemAlloc"))
         self._finalizer = weakref.finalize(self, _free, self.ptr)
 

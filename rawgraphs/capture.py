@@ -1,0 +1,116 @@
+"""Stream capture into a :class:`~rawgraphs.graph.Graph` that always ends the capture.
+
+``with Graph.capture(stream) as g:`` begins a capture *into a graph we own* (``cuStreamBeginCaptureToGraph``),
+records every kernel launched through rawgraphs as a named node record (so captured graphs are as updatable as
+explicit ones, also for launches on streams forked into the capture), and on exit ends the capture. If anything
+inside failed, or the driver refuses the end (an unjoined fork, an invalidated capture), the partial graph is
+discarded, the stream is left usable, and :class:`CaptureError` names the CUDA error, the capture status and the
+call that broke it. See the CUDA Programming Guide, "Creating a Graph Using Stream Capture".
+"""
+
+from __future__ import annotations
+
+from cuda.bindings import driver
+
+from .capture_state import state
+from .context import Stream
+from .errors import CaptureError, CudaError, check, error_from
+from .graph import Graph, Node
+
+__all__ = ["capture", "capture_status"]
+
+_MODES = {
+    "global": driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL,
+    "thread_local": driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+    "relaxed": driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED,
+}
+
+
+def capture_status(stream: Stream) -> str:
+    """``NONE``, ``ACTIVE`` or ``INVALIDATED`` for ``stream`` (never raises)."""
+    err, status = driver.cuStreamIsCapturing(stream.handle)
+    if err:
+        return f"unknown ({error_from(err).name})"
+    return status.name.removeprefix("CU_STREAM_CAPTURE_STATUS_")
+
+
+def _capture_info(handle) -> tuple:
+    """(capture id, dependency nodes) of a capturing stream."""
+    res = check(driver.cuStreamGetCaptureInfo(handle), "cuStreamGetCaptureInfo")
+    return int(res[1]), list(res[3] or ())
+
+
+class _Session:
+    """One open capture: records rawgraphs kernel launches into the graph as named nodes."""
+
+    def __init__(self, graph: Graph, stream: Stream):
+        self.graph, self.stream = graph, stream
+        self.id, _ = _capture_info(stream.handle)
+
+    def record_launch(self, kernel, shape, args, handle) -> None:
+        _, deps = _capture_info(handle)
+        if len(deps) != 1:  # right after a launch the stream's frontier is exactly the new node
+            raise RuntimeError(f"capture bookkeeping: expected the launched node, found {len(deps)} frontier nodes")
+        g = self.graph
+        g._record(Node(deps[0], "kernel", g._name(None, kernel.name), (), kernel, shape, args.copy(),
+                       pins=(kernel,)))
+
+
+def record_launch(kernel, shape, args, stream) -> None:
+    """Record a rawgraphs launch into the capture of ``stream``: find the session capturing ``stream`` (also a stream forked into it)."""
+    key = int(stream.handle)
+    session = state.sessions.get(key)
+    if session is None:
+        err, status, cid = driver.cuStreamGetCaptureInfo(stream.handle)[:3]
+        if err or status != driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE:
+            return  # a launch on a stream that is not capturing: nothing to record
+        session = next((s for s in state.sessions.values() if s.id == int(cid)), None)
+        if session is None:
+            return  # captured by someone else (CuPy, torch): not ours to record
+        state.sessions[key] = session
+    session.record_launch(kernel, shape, args, stream.handle)
+
+
+class capture:
+    """``with capture(stream, mode="global") as graph:`` (also ``Graph.capture(stream)``).
+
+    ``mode`` is ``global`` (default: any thread's unsafe call such as ``cuMemAlloc`` breaks the capture, the
+    safest), ``thread_local`` or ``relaxed``.
+    """
+
+    def __init__(self, stream: Stream, mode: str = "global"):
+        if mode not in _MODES:
+            raise ValueError(f"capture mode must be one of {sorted(_MODES)}, got {mode!r}")
+        self.stream, self.mode = stream, mode
+        self.graph: Graph | None = None
+
+    def __enter__(self) -> Graph:
+        graph = Graph()
+        try:
+            check(driver.cuStreamBeginCaptureToGraph(self.stream.handle, graph.handle, None, None, 0,
+                                                     _MODES[self.mode]), "cuStreamBeginCaptureToGraph")
+        except CudaError as e:
+            graph.close()
+            raise CaptureError(e, capture_status(self.stream), e.call) from None
+        self.graph = graph
+        state.depth += 1
+        state.sessions[int(self.stream.handle)] = _Session(graph, self.stream)
+        return graph
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        state.depth -= 1
+        for key in [k for k, s in state.sessions.items() if s.graph is self.graph]:
+            del state.sessions[key]
+        status = capture_status(self.stream)
+        err, _ = driver.cuStreamEndCapture(self.stream.handle)  # always end: the stream is usable afterwards
+        if exc is None and not err:
+            return False
+        self.graph.close()  # discard the partial graph; it is ours (captured *to* our graph)
+        if isinstance(exc, CaptureError):
+            return False
+        if isinstance(exc, CudaError):
+            raise CaptureError(exc, status, exc.call) from exc
+        if exc is not None:
+            return False  # a Python error inside the block: re-raise it as it is
+        raise CaptureError(error_from(err), status, "cuStreamEndCapture")
+

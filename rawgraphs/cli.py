@@ -1,0 +1,99 @@
+"""``python -m rawgraphs {info, compile, demo, bench, break}``."""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+from importlib import metadata
+
+from .compiler import compile_file, kernel_files, nvrtc_version
+from .context import device, driver_version, gpu_available
+from .errors import NoDriverError
+from .kernel import parse_signatures
+
+NO_GPU = "No NVIDIA GPU or driver found on this machine: running only what needs no GPU."
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def cmd_info(args) -> int:
+    """Versions, and the device (or a plain sentence that there is none)."""
+    rows = [("python", platform.python_version()), ("rawgraphs", _version("rawgraphs")),
+            ("cuda-bindings", _version("cuda-bindings")), ("cuda-core", _version("cuda-core")),
+            ("nvrtc", "%d.%d" % nvrtc_version()), ("numpy", _version("numpy")),
+            ("cupy", _version("cupy-cuda13x"))]
+    try:
+        rows.append(("driver (CUDA)", "%d.%d" % driver_version()))
+    except NoDriverError:
+        rows.append(("driver", "none: no NVIDIA driver was found"))
+    if gpu_available():
+        d = device()
+        rows += [("device", f"{d.ordinal}: {d.name}"), ("arch", d.arch),
+                 ("memory", f"{d.total_memory / 2**30:.1f} GiB")]
+    else:
+        rows.append(("device", "none: " + NO_GPU))
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+    return 0
+
+
+def cmd_compile(args) -> int:
+    """Compile every kernel in kernels/ and print a table (with registers/spills/shared where a GPU is)."""
+    gpu = gpu_available()
+    arch = args.arch or (device().arch if gpu else "sm_90")
+    if not gpu:
+        print(NO_GPU + f" Compiling for {arch}.")
+    header = ["file", "kernel", "arch", "cubin bytes", "compile ms", "cached"]
+    if gpu and arch == device().arch:
+        header += ["regs", "spill bytes", "static smem"]
+    rows = []
+    for path in kernel_files():
+        prog = compile_file(path, arch=arch, use_cache=not args.no_cache)
+        module = None
+        if len(header) > 6:
+            from .kernel import Module
+            module = Module(prog, parse_signatures(path.read_text()))
+        for name in sorted(parse_signatures(path.read_text())):
+            row = [path.name, name, arch, str(len(prog.cubin)), f"{prog.compile_ms:.1f}", "yes" if prog.cache_hit
+                   else "no"]
+            if module is not None:
+                a = module.kernel(name).attributes()
+                row += [str(a["registers"]), str(a["local_bytes"]), str(a["shared_bytes"])]
+            rows.append(row)
+    _print_table(header, rows)
+    return 0
+
+
+def _print_table(header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
+    print("  ".join("-" * w for w in widths))
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rawgraphs", description="Raw, inspectable CUDA graphs for LLM decode.")
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("info", help="versions, driver and device").set_defaults(fn=cmd_info)
+    c = sub.add_parser("compile", help="compile every kernel in kernels/ and print a table")
+    c.add_argument("--arch", help="target, e.g. sm_90 (default: the device's, or sm_90 without a GPU)")
+    c.add_argument("--no-cache", action="store_true", help="ignore the on-disk cubin cache")
+    c.set_defaults(fn=cmd_compile)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

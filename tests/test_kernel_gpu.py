@@ -1,0 +1,116 @@
+"""Eager launches on the GPU: exact values on random data, foreign arrays as arguments, errors that lose nothing."""
+
+import numpy as np
+import pytest
+
+from rawgraphs import ClosedError, CudaError, DeviceBuffer, LaunchShape, Module, Stream
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def basic(dev):
+    return Module.from_file("basic")
+
+
+def grid_for(n):
+    return LaunchShape(((n + 255) // 256,), (256,))
+
+
+def test_axpb_writes_exact_values(basic, stream, rng):
+    n = 1000  # not a multiple of the block: the tail guard matters
+    x = rng.standard_normal(n).astype(np.float32)
+    xb, out = DeviceBuffer.from_numpy(x), DeviceBuffer(n + 64, np.float32)
+    out.fill_bytes(0xFF)  # poison, including 64 elements past n that must stay untouched
+    k = basic.kernel("axpb")
+    k.launch(grid_for(n), k.args(out=out, x=xb, a=1.5, b=-0.25, n=n), stream)
+    stream.synchronize()
+    got = out.to_numpy()
+    np.testing.assert_array_equal(got[:n], np.float32(1.5) * x + np.float32(-0.25))
+    assert np.isnan(got[n:]).all()  # 0xFFFFFFFF is a NaN: never written
+
+
+def test_int64_arguments_and_positional_binding(basic, stream):
+    n = 300
+    out = DeviceBuffer(n, np.int64)
+    out.fill_bytes(0xAB)
+    k = basic.kernel("fill64")
+    start, step = -(2**40) + 7, 3**20
+    k.launch(grid_for(n), k.args(out, start, step, n), stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(out.to_numpy(), start + np.arange(n, dtype=np.int64) * step)
+
+
+def test_cupy_array_is_a_kernel_argument(basic, stream, rng):
+    cp = pytest.importorskip("cupy")
+    n = 777
+    x = rng.standard_normal(n).astype(np.float32)
+    xc, outc = cp.asarray(x), cp.full(n, cp.nan, dtype=cp.float32)
+    k = basic.kernel("axpb")
+    args = k.args(out=outc, x=xc, a=2.0, b=1.0, n=n)
+    k.launch(grid_for(n), args, stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(cp.asnumpy(outc), np.float32(2) * x + np.float32(1))
+    assert args.refs["x"].owner is xc  # the block pins the CuPy array it points into
+
+
+def test_torch_tensor_is_a_kernel_argument(basic, stream, rng):
+    torch = pytest.importorskip("torch")
+    n = 513
+    x = rng.standard_normal(n).astype(np.float32)
+    xt = torch.from_numpy(x).cuda()
+    yt = torch.from_numpy(rng.standard_normal(n).astype(np.float32)).cuda()
+    outt = torch.full((n,), float("nan"), device="cuda")
+    torch.cuda.synchronize()
+    basic.kernel("add")(((n + 255) // 256,), (256,), outt, xt, yt, n, stream=stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(outt.cpu().numpy(), x + yt.cpu().numpy())
+
+
+def test_bad_launch_raises_and_stream_stays_usable(basic, stream, rng):
+    n = 64
+    x = DeviceBuffer.from_numpy(rng.standard_normal(n).astype(np.float32))
+    out = DeviceBuffer(n, np.float32)
+    k = basic.kernel("axpb")
+    args = k.args(out=out, x=x, a=1.0, b=0.0, n=n)
+    with pytest.raises(CudaError) as ei:
+        k.launch(LaunchShape((1,), (1024,), shared=1 << 30), args, stream)  # 1 GiB of shared memory
+    assert ei.value.name.startswith("CUDA_ERROR_")
+    k.launch(grid_for(n), args, stream)  # nothing was lost
+    stream.synchronize()
+    np.testing.assert_array_equal(out.to_numpy(), x.to_numpy())
+
+
+def test_use_after_close_is_refused(dev, stream):
+    mod = Module.from_file("basic")
+    k = mod.kernel("noop")
+    mod.close()
+    mod.close()  # idempotent
+    with pytest.raises(ClosedError):
+        k.launch(LaunchShape(1, 1), k.args(), stream)
+    s = Stream.create()
+    s.close()
+    with pytest.raises(ClosedError):
+        s.synchronize()
+
+
+def test_unknown_kernel_names_the_ones_that_exist(basic):
+    with pytest.raises(KeyError, match="axpb"):
+        basic.kernel("axbp")
+
+
+def test_event_elapsed_time_is_positive(basic, stream):
+    from rawgraphs import Event
+    a, b = Event.create(), Event.create()
+    k = basic.kernel("noop")
+    a.record(stream)
+    for _ in range(10):
+        k.launch(LaunchShape(1, 1), k.args(), stream)
+    b.record(stream)
+    b.synchronize()
+    assert a.elapsed_ms(b) > 0
+
+
+def test_kernel_attributes_are_reported(basic):
+    attrs = basic.kernel("axpb").attributes()
+    assert 0 < attrs["registers"] <= 255 and attrs["local_bytes"] == 0 and attrs["max_threads"] >= 256
