@@ -1,0 +1,212 @@
+"""rope_append, attention_hd{16,64,128} and attention_combine: CPU compile/plan checks and GPU checks vs the
+float64 NumPy reference (bf16 tolerance: 1e-2 relative, plus an absolute 1e-2 of the output's scale)."""
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from rawgraphs.compiler import compile_file, kernel_dir
+from rawgraphs.kernel import LaunchShape, parse_signatures
+from rawgraphs.model import reference as ref
+from rawgraphs.model.attn_plan import attention_plan
+
+BF16 = ml_dtypes.bfloat16
+PAGE = 16
+
+
+# ---------------------------------------------------------------- CPU
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("name", ["rope_append", "attention"])
+def test_compiles(name, arch):
+    prog = compile_file(name, arch=arch)
+    assert prog.cubin[:4] == b"\x7fELF"
+
+
+def test_signatures():
+    sigs = parse_signatures((kernel_dir() / "attention.cu").read_text())
+    assert set(sigs) == {"attention_hd16", "attention_hd64", "attention_hd128", "attention_combine"}
+    assert sigs["attention_hd128"].names == (
+        "out", "part_o", "part_ml", "q", "k_cache", "v_cache", "block_tables", "positions", "max_blocks",
+        "n_heads", "n_kv_heads", "heads_per_block", "partition", "max_splits", "scale")
+    rope = parse_signatures((kernel_dir() / "rope_append.cu").read_text())["rope_append"]
+    assert rope.names[-1] == "theta" and rope.params[-1].type == "f32"
+
+
+def test_plan_shapes():
+    p = attention_plan(16, 16, 128, batch=1, max_seq_len=4096)
+    assert p.kernel == "attention_hd128" and p.heads_per_block == 1
+    assert p.attention.grid == (1, 16, 4096 // p.partition) and p.combine
+    assert p.part_o_shape == (1, 16, p.max_splits, 128) and p.part_ml_shape == (1, 16, p.max_splits, 2)
+    assert p.workspace_bytes == 4 * (16 * p.max_splits * 130)
+    assert 1 * 16 * p.max_splits >= 2 * 132  # short batches still fill the GPU
+    big = attention_plan(16, 16, 128, batch=64, max_seq_len=4096)
+    assert big.partition == 512 and big.max_splits == 8
+    single = attention_plan(16, 4, 128, batch=128, max_seq_len=512)
+    assert single.max_splits == 1 and not single.combine and single.workspace_bytes == 0
+    assert single.combine_shape is None and single.attention.grid == (128, 4, 1)
+
+
+@pytest.mark.parametrize("h, kvh, g", [(16, 4, 4), (16, 2, 4), (6, 2, 3), (16, 16, 1), (14, 2, 1), (8, 4, 2)])
+def test_plan_heads_per_block(h, kvh, g):
+    p = attention_plan(h, kvh, 64, batch=2, max_seq_len=256)
+    assert p.heads_per_block == g and p.attention.grid[1] == h // g
+    assert (h // kvh) % g == 0  # a block never straddles two KV heads
+
+
+def test_plan_rejects():
+    with pytest.raises(ValueError, match="head_dim"):
+        attention_plan(16, 16, 96, batch=1, max_seq_len=128)
+    with pytest.raises(ValueError, match="multiple of n_kv_heads"):
+        attention_plan(16, 3, 64, batch=1, max_seq_len=128)
+    with pytest.raises(ValueError, match="partition"):
+        attention_plan(16, 16, 64, batch=1, max_seq_len=128, partition=100)
+
+
+# ---------------------------------------------------------------- GPU helpers
+
+def _bf16(rng, shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(BF16)
+
+
+def _paged_case(rng, batch, kvh, hd, max_seq_len, ctx_lens):
+    """Shuffled block tables, random caches, and NaN in every slot no row may read."""
+    max_blocks = math.ceil(max_seq_len / PAGE)
+    num_blocks = batch * max_blocks + 3
+    tables = rng.permutation(num_blocks)[:batch * max_blocks].reshape(batch, max_blocks).astype(np.int32)
+    k_cache = np.full((num_blocks, kvh, PAGE, hd), np.nan, BF16)  # [NB, KVH, 16, hd]
+    v_cache = np.full((num_blocks, kvh, PAGE, hd), np.nan, BF16)
+    for b, n in enumerate(ctx_lens):
+        t = np.arange(max(n, 0))
+        k_cache[tables[b, t // PAGE], :, t % PAGE] = _bf16(rng, (len(t), kvh, hd))
+        v_cache[tables[b, t // PAGE], :, t % PAGE] = _bf16(rng, (len(t), kvh, hd))
+    return k_cache, v_cache, tables
+
+
+@pytest.fixture(scope="module")
+def attn_mod(dev):
+    from rawgraphs.kernel import Module
+    return Module.from_file("attention")
+
+
+@pytest.fixture(scope="module")
+def rope_mod(dev):
+    from rawgraphs.kernel import Module
+    return Module.from_file("rope_append")
+
+
+def run_attention(mod, stream, q, k_cache, v_cache, tables, positions, plan):
+    """Launch attention (+ combine) as the decode step will; returns out [B, H*hd] (bf16) from a poisoned buffer."""
+    from rawgraphs.memory import DeviceBuffer
+    batch, n_heads, hd = q.shape
+    kvh = k_cache.shape[1]
+    out = DeviceBuffer((batch, n_heads * hd), BF16)
+    out.fill_bytes(0xFF)
+    part_o = DeviceBuffer(plan.part_o_shape, np.float32)
+    part_ml = DeviceBuffer(plan.part_ml_shape, np.float32)
+    part_o.fill_bytes(0xFF)
+    part_ml.fill_bytes(0xFF)
+    bufs = {n: DeviceBuffer.from_numpy(np.ascontiguousarray(a)) for n, a in
+            dict(q=q, k_cache=k_cache, v_cache=v_cache, block_tables=tables, positions=positions).items()}
+    k = mod.kernel(plan.kernel)
+    k.launch(plan.attention, k.args(out=out, part_o=part_o, part_ml=part_ml, **bufs, max_blocks=tables.shape[1],
+                                    n_heads=n_heads, n_kv_heads=kvh, heads_per_block=plan.heads_per_block,
+                                    partition=plan.partition, max_splits=plan.max_splits, scale=plan.scale),
+             stream)
+    if plan.combine:
+        c = mod.kernel("attention_combine")
+        c.launch(plan.combine_shape, c.args(out=out, part_o=part_o, part_ml=part_ml, positions=bufs["positions"],
+                                            max_blocks=tables.shape[1], n_heads=n_heads, head_dim=hd,
+                                            partition=plan.partition, max_splits=plan.max_splits), stream)
+    stream.synchronize()
+    return out.to_numpy()
+
+
+# ---------------------------------------------------------------- GPU: attention
+
+ATTN_CASES = [
+    # batch, H, KVH, hd, max_seq_len, ctx_lens (<= 0: inactive), forced partition
+    (1, 16, 16, 128, 4096, [4096], None),
+    (1, 16, 4, 128, 4096, [1], None),
+    (3, 16, 4, 128, 4096, [17, 4096, 100], None),
+    (8, 8, 8, 64, 1024, [1, 15, 16, 17, 100, 513, 1024, 0], None),
+    (8, 16, 4, 64, 1024, [1, 15, 16, 17, 100, 513, 1024, 0], 64),
+    (8, 16, 16, 128, 512, [512, 1, 33, 0, 255, 256, 257, 48], 512),  # single pass, no combine
+    (37, 4, 2, 16, 256, "random", None),  # tiny
+    (37, 4, 2, 16, 256, "random", 256),  # tiny, single pass
+    (3, 6, 2, 64, 300, [300, 299, 64], None),  # G = 3
+    (3, 16, 2, 128, 700, [700, 129, 1], None),  # G = 8: two blocks per KV head
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch, n_heads, kvh, hd, max_seq_len, ctx_lens, partition", ATTN_CASES)
+def test_attention_matches_reference(attn_mod, stream, rng, batch, n_heads, kvh, hd, max_seq_len, ctx_lens,
+                                     partition):
+    if ctx_lens == "random":
+        ctx_lens = list(rng.integers(1, max_seq_len + 1, batch))
+        ctx_lens[::5] = [0] * len(ctx_lens[::5])  # every fifth row inactive
+    ctx_lens = np.asarray(ctx_lens, np.int64)
+    positions = np.where(ctx_lens > 0, ctx_lens - 1, -1).astype(np.int32)  # [B]
+    q = _bf16(rng, (batch, n_heads, hd), 2.0)  # [B, H, hd]; x2 for peakier softmax
+    k_cache, v_cache, tables = _paged_case(rng, batch, kvh, hd, max_seq_len, ctx_lens)
+    plan = attention_plan(n_heads, kvh, hd, batch, max_seq_len, partition=partition)
+
+    raw = run_attention(attn_mod, stream, q, k_cache, v_cache, tables, positions, plan)  # [B, H*hd] bf16
+    want = ref.paged_attention(q, k_cache, v_cache, tables, ctx_lens).reshape(batch, n_heads * hd)
+    got = raw.astype(np.float64)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2 * np.abs(want).max())
+    assert (got[ctx_lens <= 0] == 0).all()  # inactive rows: exact zeros
+
+    for _ in range(2):  # bit-identical run to run (fixed merge order, no atomics)
+        assert run_attention(attn_mod, stream, q, k_cache, v_cache, tables, positions, plan).tobytes() == \
+            raw.tobytes()
+
+
+# ---------------------------------------------------------------- GPU: rope_append
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n_heads, kvh, hd, theta", [(16, 4, 128, 500000.0), (16, 16, 64, 10000.0),
+                                                      (4, 2, 16, 10000.0)])
+def test_rope_append(rope_mod, stream, rng, n_heads, kvh, hd, theta):
+    from rawgraphs.memory import DeviceBuffer
+    positions = np.array([0, 15, 16, -1, 4095, 1234, 17], np.int32)  # [B]; row 3 inactive
+    batch, max_blocks = len(positions), 4096 // PAGE
+    num_blocks = batch * max_blocks
+    tables = rng.permutation(num_blocks).reshape(batch, max_blocks).astype(np.int32)
+    qkv = _bf16(rng, (batch, (n_heads + 2 * kvh) * hd))  # [B, (H + 2KVH) hd]
+    k0 = _bf16(rng, (num_blocks, kvh, PAGE, hd))  # random "previous" cache contents
+    v0 = _bf16(rng, (num_blocks, kvh, PAGE, hd))
+    q_out = DeviceBuffer((batch, n_heads, hd), BF16)
+    q_out.fill_bytes(0xFF)
+    k_cache, v_cache = DeviceBuffer.from_numpy(k0), DeviceBuffer.from_numpy(v0)
+    k = rope_mod.kernel("rope_append")
+    k.launch(
+        LaunchShape(grid=(batch,), block=(256,)),
+        k.args(q_out=q_out, k_cache=k_cache, v_cache=v_cache, qkv=DeviceBuffer.from_numpy(qkv),
+               positions=DeviceBuffer.from_numpy(positions), block_tables=DeviceBuffer.from_numpy(tables),
+               max_blocks=max_blocks, n_heads=n_heads, n_kv_heads=kvh, head_dim=hd, theta=theta), stream)
+    stream.synchronize()
+
+    q, kk, v = np.split(qkv.astype(np.float64), [n_heads * hd, (n_heads + kvh) * hd], axis=1)
+    want_q = ref.rope(q.reshape(batch, n_heads, hd), positions, theta)  # [B, H, hd]
+    want_k = ref.rope(kk.reshape(batch, kvh, hd), positions, theta)  # [B, KVH, hd]
+    got_q = q_out.to_numpy().astype(np.float64)
+    np.testing.assert_allclose(got_q, want_q, rtol=1e-2, atol=1e-2)
+    assert (got_q[positions < 0] == 0).all()
+
+    got_k, got_v = k_cache.to_numpy(), v_cache.to_numpy()
+    want_k_cache, want_v_cache = k0.copy(), v0.copy()
+    ref.append_kv(want_k_cache, want_v_cache, want_k, v.reshape(batch, kvh, hd), tables, positions)
+    written = np.zeros(k0.shape[:1] + k0.shape[2:3], bool)  # [NB, 16]
+    for b, pos in enumerate(positions):
+        if pos >= 0:
+            written[tables[b, pos // PAGE], pos % PAGE] = True
+    mask = np.broadcast_to(written[:, None, :, None], k0.shape)
+    assert got_v.tobytes() == want_v_cache.tobytes()  # v copied exactly, nothing else touched
+    assert got_k[~mask].tobytes() == k0[~mask].tobytes()  # untouched slots keep their bytes
+    np.testing.assert_allclose(got_k[mask].astype(np.float64), want_k_cache[mask].astype(np.float64),
+                               rtol=1e-2, atol=1e-2)
