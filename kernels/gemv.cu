@@ -1,0 +1,268 @@
+// gemv.cu: decode projections y[B, N] = x[B, K] @ W[N, K]^T, bf16 weights and activations, fp32 accumulation.
+// Launch shapes are chosen by rawgraphs/model/plans.py (gemv_plan); read it before launching by hand.
+//
+// mode selects the output (every kernel here takes it):
+//   0 OUT_BF16      y bf16 [B, N]            y = x @ W^T
+//   1 OUT_RESIDUAL  y bf16 [B, N] in place   y = y + x @ W^T   (residual add fused: o_proj, down_proj)
+//   2 OUT_F32       y fp32 [B, N]            y = x @ W^T       (LM head logits)
+//   3 OUT_PARTIAL   y fp32 [splits, B, N]    y[s] = partial sum over split s's K range (split-K;
+//                                            splitk_reduce then sums the splits in order and applies 0/1/2)
+//
+// gemv (B <= 2 per pass) and gemv_wide (B <= 16 per pass); any B works, in passes of 2 / 16 batch rows.
+//   Weight-streaming GEMV: a block owns
+//   GEMV_ROWS = 4 weight rows and one K range; each thread streams 16-byte weight loads (GEMV_UNROLL x 4 rows
+//   in flight), multiplies them with every batch row of x (L1-cached), and the block reduces in fixed order.
+//   grid = (ceil(N / 4), splits), block = (128 or 256,), shared = 0
+// gemm_tc (B > 16): tiled skinny GEMM on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate). A block owns a
+//   64 (batch) x 64 (weight rows) tile and one K range; 64-wide K tiles, double-buffered in shared memory with
+//   the next tile prefetched into registers.
+//   grid = (ceil(B / 64), ceil(N / 64), splits), block = (128,), shared = 0 (36 KiB static)
+// splitk_reduce: y = epilogue(sum_{s < splits} partial[s]) in fixed order (bit-identical run to run).
+//   grid = (ceil(B * N / 256),), block = (256,), shared = 0
+//
+// Arguments: y (see mode), x [B, K] bf16, w [N, K] bf16, B, N, K int32 (K % 8 == 0, pointers 16-byte aligned),
+//   k_chunk int32: K elements per split (a multiple of 8; split s covers [s * k_chunk, min(K, (s+1) * k_chunk))),
+//   mode int32. splitk_reduce: partial [splits, B, N] fp32, splits int32, mode 0/1/2.
+#include "common.cuh"
+
+#define OUT_BF16 0
+#define OUT_RESIDUAL 1
+#define OUT_F32 2
+#define OUT_PARTIAL 3
+
+#define GEMV_ROWS 4
+#define GEMV_UNROLL 2
+#define GEMV_MAX_NB 16
+
+// Write one output element; `split` selects the partial slab for OUT_PARTIAL.
+__device__ __forceinline__ void store_out(void* y, int mode, int split, int B, int N, int b, int n, float v) {
+    const size_t i = (size_t)b * N + n;
+    if (mode == OUT_BF16) {
+        static_cast<bf16*>(y)[i] = __float2bfloat16(v);
+    } else if (mode == OUT_RESIDUAL) {
+        bf16* r = static_cast<bf16*>(y);
+        r[i] = __float2bfloat16(__bfloat162float(r[i]) + v);
+    } else if (mode == OUT_F32) {
+        static_cast<float*>(y)[i] = v;
+    } else {
+        static_cast<float*>(y)[(size_t)split * B * N + i] = v;
+    }
+}
+
+// One pass over batch rows [b0, b0 + nb), nb <= NB, for this block's GEMV_ROWS rows and K range [k0, k1).
+template <int NB>
+__device__ __forceinline__ void gemv_pass(void* y, const bf16* __restrict__ x, const bf16* __restrict__ w,
+                                          int b0, int nb, int B, int N, int K, int k0, int k1, int mode) {
+    __shared__ float red[32][GEMV_ROWS * NB];
+    const int n0 = blockIdx.x * GEMV_ROWS;
+    const bf16* wr[GEMV_ROWS];
+#pragma unroll
+    for (int r = 0; r < GEMV_ROWS; ++r) wr[r] = w + (size_t)min(n0 + r, N - 1) * K;  // rows past N: discarded
+    float acc[GEMV_ROWS][NB];
+#pragma unroll
+    for (int r = 0; r < GEMV_ROWS; ++r)
+#pragma unroll
+        for (int b = 0; b < NB; ++b) acc[r][b] = 0.0f;
+
+    const int step = blockDim.x * 8;
+    for (int k = k0 + threadIdx.x * 8; k < k1; k += step * GEMV_UNROLL) {
+        uint4 wv[GEMV_UNROLL][GEMV_ROWS];
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; ++u)
+#pragma unroll
+            for (int r = 0; r < GEMV_ROWS; ++r)
+                wv[u][r] = k + u * step < k1 ? ldg_stream(wr[r] + k + u * step) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; ++u) {
+            const int kk = k + u * step;
+            if (kk >= k1) break;
+            float wf[GEMV_ROWS][8];
+#pragma unroll
+            for (int r = 0; r < GEMV_ROWS; ++r) bf16x8_to_float(wv[u][r], wf[r]);
+#pragma unroll
+            for (int b = 0; b < NB; ++b) {
+                if (b < nb) {
+                    float xf[8];
+                    bf16x8_to_float(__ldg(reinterpret_cast<const uint4*>(x + (size_t)(b0 + b) * K + kk)), xf);
+#pragma unroll
+                    for (int r = 0; r < GEMV_ROWS; ++r)
+#pragma unroll
+                        for (int j = 0; j < 8; ++j) acc[r][b] = fmaf(wf[r][j], xf[j], acc[r][b]);
+                }
+            }
+        }
+    }
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+#pragma unroll
+    for (int r = 0; r < GEMV_ROWS; ++r)
+#pragma unroll
+        for (int b = 0; b < NB; ++b) {
+            const float v = warp_sum(acc[r][b]);
+            if (lane == 0) red[warp][r * NB + b] = v;
+        }
+    __syncthreads();
+    for (int t = threadIdx.x; t < GEMV_ROWS * NB; t += blockDim.x) {
+        const int r = t / NB, b = t % NB;
+        float s = 0.0f;
+        for (int i = 0; i < nwarps; ++i) s += red[i][t];
+        if (n0 + r < N && b < nb) store_out(y, mode, blockIdx.y, B, N, b0 + b, n0 + r, s);
+    }
+    __syncthreads();  // red is reused by the next pass
+}
+
+template <int NB>
+__device__ __forceinline__ void gemv_all(void* y, const bf16* x, const bf16* w, int B, int N, int K, int k0,
+                                         int k1, int mode) {
+    for (int b0 = 0; b0 < B; b0 += NB) gemv_pass<NB>(y, x, w, b0, min(NB, B - b0), B, N, K, k0, k1, mode);
+}
+
+// Two entry points so the narrow one keeps few registers (more resident blocks at B = 1) while the wide one
+// holds 16 batch rows of accumulators.
+extern "C" __global__ void __launch_bounds__(256) gemv(void* y, const bf16* __restrict__ x,
+                                                       const bf16* __restrict__ w, int B, int N, int K,
+                                                       int k_chunk, int mode) {
+    const int k0 = blockIdx.y * k_chunk, k1 = min(K, k0 + k_chunk);
+    if (B <= 1) gemv_all<1>(y, x, w, B, N, K, k0, k1, mode);
+    else gemv_all<2>(y, x, w, B, N, K, k0, k1, mode);
+}
+
+extern "C" __global__ void __launch_bounds__(256) gemv_wide(void* y, const bf16* __restrict__ x,
+                                                            const bf16* __restrict__ w, int B, int N, int K,
+                                                            int k_chunk, int mode) {
+    const int k0 = blockIdx.y * k_chunk, k1 = min(K, k0 + k_chunk);
+    if (B <= 4) gemv_all<4>(y, x, w, B, N, K, k0, k1, mode);
+    else if (B <= 8) gemv_all<8>(y, x, w, B, N, K, k0, k1, mode);
+    else gemv_all<GEMV_MAX_NB>(y, x, w, B, N, K, k0, k1, mode);
+}
+
+#define TC_M 64
+#define TC_N 64
+#define TC_K 64
+#define TC_LD (TC_K + 8)  // padded row (144 bytes): fragment loads hit 32 distinct banks
+#define TC_LDC (TC_N + 4)
+
+// Load one 64 x 64 bf16 tile (rows [row0, row0 + 64) of src[rows, K], columns [k, k + 64) clipped to k1) into
+// 4 uint4 registers per thread; rows past `rows` and columns past k1 read as zero.
+template <bool STREAM>
+__device__ __forceinline__ void tile_load(uint4 v[4], const bf16* src, int row0, int rows, int K, int k, int k1) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int c = threadIdx.x + i * 128, row = row0 + c / 8, col = k + (c % 8) * 8;
+        const bf16* p = src + (size_t)row * K + col;
+        const bool ok = row < rows && col < k1;
+        v[i] = !ok ? make_uint4(0, 0, 0, 0) : STREAM ? ldg_stream(p) : __ldg(reinterpret_cast<const uint4*>(p));
+    }
+}
+
+__device__ __forceinline__ void tile_store(bf16* dst, const uint4 v[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int c = threadIdx.x + i * 128;
+        *reinterpret_cast<uint4*>(dst + (c / 8) * TC_LD + (c % 8) * 8) = v[i];
+    }
+}
+
+// D[16x8] += A[16x16] (row-major) * B[16x8] (col-major), bf16 in, fp32 accumulate (PTX ISA: mma.m16n8k16).
+__device__ __forceinline__ void mma_bf16_16816(float d[4], const unsigned a[4], const unsigned b[2]) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ unsigned lds32(const bf16* p) { return *reinterpret_cast<const unsigned*>(p); }
+
+extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* __restrict__ x,
+                                                          const bf16* __restrict__ w, int B, int N, int K,
+                                                          int k_chunk, int mode) {
+    constexpr int TILE = TC_M * TC_LD;  // elements per operand tile (TC_M == TC_N)
+    __shared__ __align__(16) bf16 smem[4 * TILE];
+    bf16* xs = smem;                             // [2][64][TC_LD]: x tile, batch rows x k
+    bf16* ws = smem + 2 * TILE;                  // [2][64][TC_LD]: W tile, weight rows x k
+    float* cs = reinterpret_cast<float*>(smem);  // [64][TC_LDC], after the main loop
+
+    const int m0 = blockIdx.x * TC_M, n0 = blockIdx.y * TC_N;
+    const int k0 = blockIdx.z * k_chunk, k1 = min(K, k0 + k_chunk);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;  // this warp's 32 x 32 output tile
+    const int g = lane >> 2, t2 = (lane & 3) * 2;           // mma fragment coordinates
+
+    float acc[2][4][4];  // [m16 frag][n8 frag][4]
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+    uint4 xv[4], wv[4];
+    tile_load<false>(xv, x, m0, B, K, k0, k1);
+    tile_load<true>(wv, w, n0, N, K, k0, k1);
+    tile_store(xs, xv);
+    tile_store(ws, wv);
+    __syncthreads();
+    const int tiles = (k1 - k0 + TC_K - 1) / TC_K;
+    for (int t = 0; t < tiles; ++t) {
+        const int buf = t & 1;
+        const bool more = t + 1 < tiles;
+        if (more) {
+            tile_load<false>(xv, x, m0, B, K, k0 + (t + 1) * TC_K, k1);
+            tile_load<true>(wv, w, n0, N, K, k0 + (t + 1) * TC_K, k1);
+        }
+        const bf16* xt = xs + buf * TILE;
+        const bf16* wt = ws + buf * TILE;
+#pragma unroll
+        for (int kk = 0; kk < TC_K; kk += 16) {
+            unsigned a[2][4], b[4][2];
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const bf16* p = xt + (wm + i * 16 + g) * TC_LD + kk + t2;
+                a[i][0] = lds32(p);
+                a[i][1] = lds32(p + 8 * TC_LD);
+                a[i][2] = lds32(p + 8);
+                a[i][3] = lds32(p + 8 * TC_LD + 8);
+            }
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const bf16* p = wt + (wn + j * 8 + g) * TC_LD + kk + t2;
+                b[j][0] = lds32(p);
+                b[j][1] = lds32(p + 8);
+            }
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) mma_bf16_16816(acc[i][j], a[i], b[j]);
+        }
+        if (more) {
+            tile_store(xs + (buf ^ 1) * TILE, xv);
+            tile_store(ws + (buf ^ 1) * TILE, wv);
+        }
+        __syncthreads();
+    }
+
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            float* c = cs + (wm + i * 16 + g) * TC_LDC + wn + j * 8 + t2;
+            c[0] = acc[i][j][0];
+            c[1] = acc[i][j][1];
+            c[8 * TC_LDC] = acc[i][j][2];
+            c[8 * TC_LDC + 1] = acc[i][j][3];
+        }
+    __syncthreads();
+    for (int e = threadIdx.x; e < TC_M * TC_N; e += blockDim.x) {
+        const int m = e / TC_N, n = e % TC_N;
+        if (m0 + m < B && n0 + n < N) store_out(y, mode, blockIdx.z, B, N, m0 + m, n0 + n, cs[m * TC_LDC + n]);
+    }
+}
+
+extern "C" __global__ void splitk_reduce(void* y, const float* __restrict__ partial, int B, int N, int splits,
+                                         int mode) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, total = (size_t)B * N;
+    if (i >= total) return;
+    float s = 0.0f;
+    for (int k = 0; k < splits; ++k) s += partial[k * total + i];
+    store_out(y, mode, 0, B, N, (int)(i / N), (int)(i % N), s);
+}
