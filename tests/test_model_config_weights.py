@@ -10,8 +10,8 @@ from safetensors.numpy import load_file, save_file
 from rawgraphs.model import ModelConfig, Weights
 
 HF_TINY = {
-    "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-    "intermediate_size": 192, "vocab_size": 512,
+    "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "intermediate_size": 192, "vocab_size": 512,
 }
 
 
@@ -39,13 +39,13 @@ def test_tied_config_counts_the_head_once():
 
 
 @pytest.mark.parametrize("changes, match", [
-    (dict(n_kv_heads=3), "multiple of n_kv_heads"),
-    (dict(dim=66), "multiple of n_heads"),
-    (dict(head_dim=15), "even"),
-    (dict(vocab=0), "vocab"),
-    (dict(n_layers=2.0), "n_layers"),
-    (dict(block_size=32), "block_size"),
-    (dict(rms_norm_eps=0.0), "rms_norm_eps"),
+    ({"n_kv_heads": 3}, "multiple of n_kv_heads"),
+    ({"dim": 66}, "multiple of n_heads"),
+    ({"head_dim": 15}, "even"),
+    ({"vocab": 0}, "vocab"),
+    ({"n_layers": 2.0}, "n_layers"),
+    ({"block_size": 32}, "block_size"),
+    ({"rms_norm_eps": 0.0}, "rms_norm_eps"),
 ])
 def test_config_rejects_bad_shapes(changes, match):
     with pytest.raises(ValueError, match=match):
@@ -65,8 +65,9 @@ def test_from_hf_defaults():
 
 
 def test_from_hf_gqa_tied_head_dim_and_file(tmp_path):
-    hf = dict(HF_TINY, num_key_value_heads=1, tie_word_embeddings=True, rope_theta=500000.0, rms_norm_eps=1e-5,
-              max_position_embeddings=8192, head_dim=32, rope_scaling={"rope_type": "default"})
+    hf = dict(HF_TINY, num_key_value_heads=1, tie_word_embeddings=True, rope_theta=500000.0,
+              rms_norm_eps=1e-5, max_position_embeddings=8192, head_dim=32,
+              rope_scaling={"rope_type": "default"})
     (tmp_path / "config.json").write_text(json.dumps(hf))
     for source in (hf, tmp_path, tmp_path / "config.json", str(tmp_path)):
         cfg = ModelConfig.from_hf(source)
@@ -76,11 +77,11 @@ def test_from_hf_gqa_tied_head_dim_and_file(tmp_path):
 
 
 @pytest.mark.parametrize("extra, match", [
-    (dict(rope_scaling={"rope_type": "llama3", "factor": 8.0}), "rope_scaling type 'llama3'"),
-    (dict(rope_scaling={"type": "linear", "factor": 2.0}), "rope_scaling type 'linear'"),
-    (dict(hidden_act="gelu"), "hidden_act"),
-    (dict(attention_bias=True), "bias"),
-    (dict(num_key_value_heads=3), "multiple of n_kv_heads"),
+    ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "rope_scaling type 'llama3'"),
+    ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_scaling type 'linear'"),
+    ({"hidden_act": "gelu"}, "hidden_act"),
+    ({"attention_bias": True}, "bias"),
+    ({"num_key_value_heads": 3}, "multiple of n_kv_heads"),
 ])
 def test_from_hf_rejects_what_we_do_not_implement(extra, match):
     with pytest.raises(ValueError, match=match):

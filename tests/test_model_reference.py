@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from rawgraphs.model import BlockAllocator, ModelConfig, ReferenceModel, Weights, make_block_tables
-from rawgraphs.model import reference as R
+from rawgraphs.model import reference as ref
 
 THETA = 10000.0
 
@@ -13,7 +13,7 @@ THETA = 10000.0
 def test_rope_is_a_rotation_and_identity_at_zero(rng):
     x = rng.standard_normal((5, 3, 32))  # [B, nh, hd]
     positions = np.array([0, 1, 7, 100, 4095])
-    out = R.rope(x, positions, THETA)
+    out = ref.rope(x, positions, THETA)
     np.testing.assert_allclose(np.linalg.norm(out, axis=-1), np.linalg.norm(x, axis=-1), rtol=1e-12)
     np.testing.assert_array_equal(out[0], x[0])
     assert not np.allclose(out[1:], x[1:])
@@ -27,14 +27,14 @@ def test_rope_matches_rotate_half_formula(rng):
     angle = pos * THETA ** (-2.0 * i / hd)
     x1, x2 = x[0, 0, :hd // 2], x[0, 0, hd // 2:]
     want = np.concatenate([x1 * np.cos(angle) - x2 * np.sin(angle), x2 * np.cos(angle) + x1 * np.sin(angle)])
-    np.testing.assert_allclose(R.rope(x, np.array([pos]), THETA)[0, 0], want, rtol=1e-12)
+    np.testing.assert_allclose(ref.rope(x, np.array([pos]), THETA)[0, 0], want, rtol=1e-12)
 
 
 def test_rope_dot_product_depends_only_on_relative_position(rng):
     q, k = rng.standard_normal((1, 1, 64)), rng.standard_normal((1, 1, 64))
 
     def score(m, n):
-        return float(np.sum(R.rope(q, np.array([m]), THETA) * R.rope(k, np.array([n]), THETA)))
+        return float(np.sum(ref.rope(q, np.array([m]), THETA) * ref.rope(k, np.array([n]), THETA)))
 
     assert score(10, 3) == pytest.approx(score(107, 100), rel=1e-9)
     assert score(0, 0) == pytest.approx(score(55, 55), rel=1e-9)
@@ -46,25 +46,27 @@ def test_rmsnorm_and_silu_mul_match_direct_formulas(rng):
     w = 1.0 + 0.1 * rng.standard_normal(48)
     eps = 1e-5
     want = np.stack([row / np.sqrt(np.sum(row ** 2) / row.size + eps) * w for row in x])
-    np.testing.assert_allclose(R.rmsnorm(x, w, eps), want, rtol=1e-12)
+    np.testing.assert_allclose(ref.rmsnorm(x, w, eps), want, rtol=1e-12)
     # scale invariance (up to eps) and unit RMS with unit weight
-    np.testing.assert_allclose(R.rmsnorm(7.0 * x, w, 0.0), R.rmsnorm(x, w, 0.0), rtol=1e-12)
-    np.testing.assert_allclose(np.sqrt(np.mean(R.rmsnorm(x, np.ones(48), 0.0) ** 2, axis=-1)), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(ref.rmsnorm(7.0 * x, w, 0.0), ref.rmsnorm(x, w, 0.0), rtol=1e-12)
+    unit = ref.rmsnorm(x, np.ones(48), 0.0)
+    np.testing.assert_allclose(np.sqrt(np.mean(unit ** 2, axis=-1)), 1.0, rtol=1e-12)
 
     gu = rng.standard_normal((3, 2 * 20))  # [B, 2F]
     gate, up = gu[:, :20], gu[:, 20:]
-    np.testing.assert_allclose(R.silu_mul(gu), gate * (1 / (1 + np.exp(-gate))) * up, rtol=1e-12)
+    np.testing.assert_allclose(ref.silu_mul(gu), gate * (1 / (1 + np.exp(-gate))) * up, rtol=1e-12)
 
 
 def test_ops_accept_bf16_and_upcast(rng):
     x = rng.standard_normal((2, 8)).astype(ml_dtypes.bfloat16)
     w = rng.standard_normal((5, 8)).astype(ml_dtypes.bfloat16)
-    y = R.linear(x, w)
+    y = ref.linear(x, w)
     assert y.dtype == np.float64 and y.shape == (2, 5)
     np.testing.assert_allclose(y, x.astype(np.float64) @ w.astype(np.float64).T, rtol=1e-12)
     table = rng.standard_normal((10, 8)).astype(ml_dtypes.bfloat16)
-    np.testing.assert_array_equal(R.embedding(np.array([3, 3, 9]), table), table[[3, 3, 9]].astype(np.float64))
-    assert R.to_bf16(np.array([1.0 + 2 ** -9]))[0] == 1.0  # ties round to even
+    rows = ref.embedding(np.array([3, 3, 9]), table)
+    np.testing.assert_array_equal(rows, table[[3, 3, 9]].astype(np.float64))
+    assert ref.to_bf16(np.array([1.0 + 2 ** -9]))[0] == 1.0  # ties round to even
 
 
 def _paged_copy(k, v, rng, num_blocks=40):
@@ -76,7 +78,7 @@ def _paged_copy(k, v, rng, num_blocks=40):
     rows = [alloc.grow([], t) for _ in range(n)]
     tables = make_block_tables(rows, max_blocks=8)
     for pos in range(t):
-        R.append_kv(k_cache, v_cache, k[:, pos], v[:, pos], tables, np.full(n, pos))
+        ref.append_kv(k_cache, v_cache, k[:, pos], v[:, pos], tables, np.full(n, pos))
     return k_cache, v_cache, tables
 
 
@@ -88,9 +90,9 @@ def test_paged_attention_over_shuffled_blocks_equals_contiguous(rng):
     k_cache, v_cache, tables = _paged_copy(k, v, rng)
     assert np.any(np.diff(tables[:, :3], axis=1) != 1)  # the blocks really are out of order
     ctx = np.array([45, 17, 1])
-    out = R.paged_attention(q, k_cache, v_cache, tables, ctx)
+    out = ref.paged_attention(q, k_cache, v_cache, tables, ctx)
     for b in range(n):
-        np.testing.assert_allclose(out[b], R.attention(q[b], k[b, :ctx[b]], v[b, :ctx[b]]), rtol=1e-12)
+        np.testing.assert_allclose(out[b], ref.attention(q[b], k[b, :ctx[b]], v[b, :ctx[b]]), rtol=1e-12)
     # one token of context: attention returns that token's v for every head of its group
     np.testing.assert_allclose(out[2], v[2, 0][np.arange(h) // 2], rtol=1e-12)
 
@@ -100,10 +102,10 @@ def test_gqa_equals_repeated_kv_heads(rng):
     q = rng.standard_normal((h, hd))
     k, v = rng.standard_normal((t, kvh, hd)), rng.standard_normal((t, kvh, hd))
     rep = np.repeat(np.arange(kvh), h // kvh)  # query head h reads kv head h // (H // KVH)
-    np.testing.assert_allclose(R.attention(q, k, v), R.attention(q, k[:, rep], v[:, rep]), rtol=1e-12)
+    np.testing.assert_allclose(ref.attention(q, k, v), ref.attention(q, k[:, rep], v[:, rep]), rtol=1e-12)
     scores = q[5] @ k[:, 1].T / np.sqrt(hd)
     p = np.exp(scores - scores.max())
-    np.testing.assert_allclose(R.attention(q, k, v)[5], p @ v[:, 1] / p.sum(), rtol=1e-12)
+    np.testing.assert_allclose(ref.attention(q, k, v)[5], p @ v[:, 1] / p.sum(), rtol=1e-12)
 
 
 def test_inactive_rows_give_zeros_and_write_nothing(rng):
@@ -111,17 +113,17 @@ def test_inactive_rows_give_zeros_and_write_nothing(rng):
     k_cache = rng.standard_normal((6, 2, 16, 16))
     v_cache = rng.standard_normal((6, 2, 16, 16))
     tables = np.array([[0, 1], [2, 3], [4, 5]], dtype=np.int32)
-    out = R.paged_attention(q, k_cache, v_cache, tables, np.array([5, 0, -3]))
+    out = ref.paged_attention(q, k_cache, v_cache, tables, np.array([5, 0, -3]))
     assert np.all(out[1:] == 0) and np.all(out[0] != 0)
-    assert np.all(R.rope(q, np.array([3, -1, 2]), THETA)[1] == 0)
+    assert np.all(ref.rope(q, np.array([3, -1, 2]), THETA)[1] == 0)
     before = k_cache.copy()
-    R.append_kv(k_cache, v_cache, q[:, :2], q[:, :2], tables, np.array([-1, -1, -1]))
+    ref.append_kv(k_cache, v_cache, q[:, :2], q[:, :2], tables, np.array([-1, -1, -1]))
     np.testing.assert_array_equal(k_cache, before)
 
 
 def test_argmax_lowest_index_on_ties():
     logits = np.array([[0.0, 2.0, 2.0, -1.0], [5.0, 5.0, 5.0, 5.0]], dtype=np.float32)
-    out = R.argmax(logits)
+    out = ref.argmax(logits)
     assert out.dtype == np.int32 and out.tolist() == [1, 0]
 
 
@@ -150,7 +152,7 @@ def _decode(model, cfg, prompts, starts, n_steps, alloc):
                     tokens[b] = prompts[b][pos]
         logits = model.step(tokens, positions, make_block_tables(rows, cfg.max_seq_len // 16))
         history.append((positions, logits))
-        tokens = R.argmax(logits)
+        tokens = ref.argmax(logits)
     return history
 
 
@@ -158,15 +160,15 @@ def _decode(model, cfg, prompts, starts, n_steps, alloc):
 def test_reference_model_batch_rows_equal_rows_run_alone(bf16):
     cfg = ModelConfig.preset("tiny")
     weights = Weights.random(cfg, seed=3)
-    prompts = [[5, 9, 200, 7, 1], [300, 2], [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27]]
+    prompts = [[5, 9, 200, 7, 1], [300, 2], list(range(11, 28))]
     starts = [0, 4, 1]
     n_steps = 24
     batched = _decode(ReferenceModel(cfg, weights, 64, bf16_activations=bf16), cfg, prompts, starts, n_steps,
                       BlockAllocator(64, seed=5))
     for b in range(3):
-        alone = _decode(ReferenceModel(cfg, weights, 8, bf16_activations=bf16), cfg, [prompts[b]], [starts[b]],
-                        n_steps, BlockAllocator(8))
-        for (pos, logits), (_, logits_alone) in zip(batched, alone):
+        single = ReferenceModel(cfg, weights, 8, bf16_activations=bf16)
+        alone = _decode(single, cfg, [prompts[b]], [starts[b]], n_steps, BlockAllocator(8))
+        for (pos, logits), (_, logits_alone) in zip(batched, alone, strict=True):
             if pos[b] >= 0:
                 np.testing.assert_allclose(logits[b], logits_alone[0], rtol=1e-9, atol=1e-9)
     positions, logits = batched[-1]

@@ -4,4 +4,4 @@ from .config import ModelConfig
 from .reference import BlockAllocator, ReferenceModel, make_block_tables
 from .weights import LayerWeights, Weights
 
-__all__ = ["ModelConfig", "Weights", "LayerWeights", "ReferenceModel", "BlockAllocator", "make_block_tables"]
+__all__ = ["BlockAllocator", "LayerWeights", "ModelConfig", "ReferenceModel", "Weights", "make_block_tables"]

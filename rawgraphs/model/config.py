@@ -14,9 +14,12 @@ __all__ = ["ModelConfig"]
 BF16_BYTES = 2
 
 _PRESETS = {
-    "tiny": dict(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=192, vocab=512, max_seq_len=256),
-    "small": dict(dim=768, n_layers=12, n_heads=12, n_kv_heads=12, ffn_dim=2048, vocab=32000, max_seq_len=4096),
-    "1b": dict(dim=2048, n_layers=16, n_heads=16, n_kv_heads=16, ffn_dim=5632, vocab=32000, max_seq_len=4096),
+    "tiny": {"dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "ffn_dim": 192, "vocab": 512,
+             "max_seq_len": 256},
+    "small": {"dim": 768, "n_layers": 12, "n_heads": 12, "n_kv_heads": 12, "ffn_dim": 2048, "vocab": 32000,
+              "max_seq_len": 4096},
+    "1b": {"dim": 2048, "n_layers": 16, "n_heads": 16, "n_kv_heads": 16, "ffn_dim": 5632, "vocab": 32000,
+           "max_seq_len": 4096},
 }
 
 # rope_scaling types that leave HF Llama's RoPE unchanged; anything else would change the math we implement.
@@ -65,7 +68,8 @@ class ModelConfig:
                                  "when head_dim is not given")
             object.__setattr__(self, "head_dim", self.dim // self.n_heads)
         if not isinstance(self.head_dim, int) or self.head_dim <= 0 or self.head_dim % 2:
-            raise ValueError(f"head_dim must be a positive even int (RoPE rotates halves), got {self.head_dim!r}")
+            raise ValueError(f"head_dim must be a positive even int (RoPE rotates halves), "
+                             f"got {self.head_dim!r}")
         if self.block_size != 16:
             raise ValueError(f"block_size must be 16 (the kernels' KV block), got {self.block_size}")
         if not self.rms_norm_eps > 0:

@@ -1,9 +1,10 @@
 """Float64 NumPy reference for the decode step: one function per kernel, then the whole model.
 
-Every op takes any float input dtype (``ml_dtypes.bfloat16`` included), upcasts to float64 and returns float64;
-GPU tests compare a kernel's bf16/fp32 output against these with a stated tolerance. Shapes and conventions are
-those of ``kernels/README.md``: HF weight layout ``W[N_out, K_in]``, rotate-half RoPE, paged KV cache
-``[num_blocks, KVH, 16, hd]``, ``positions[b] < 0`` marks an inactive (padding) row whose outputs are zeros.
+Every op takes any float input dtype (``ml_dtypes.bfloat16`` included), upcasts to float64 and returns
+float64; GPU tests compare a kernel's bf16/fp32 output against these with a stated tolerance. Shapes and
+conventions are those of ``kernels/README.md``: HF weight layout ``W[N_out, K_in]``, rotate-half RoPE, paged
+KV cache ``[num_blocks, KVH, 16, hd]``, ``positions[b] < 0`` marks an inactive (padding) row whose outputs
+are zeros.
 """
 
 from __future__ import annotations
@@ -15,8 +16,19 @@ from .config import ModelConfig
 from .weights import Weights
 
 __all__ = [
-    "embedding", "rmsnorm", "linear", "rope", "silu_mul", "attention", "paged_attention", "append_kv",
-    "argmax", "to_bf16", "BlockAllocator", "make_block_tables", "ReferenceModel",
+    "BlockAllocator",
+    "ReferenceModel",
+    "append_kv",
+    "argmax",
+    "attention",
+    "embedding",
+    "linear",
+    "make_block_tables",
+    "paged_attention",
+    "rmsnorm",
+    "rope",
+    "silu_mul",
+    "to_bf16",
 ]
 
 BLOCK_SIZE = 16
@@ -111,12 +123,14 @@ def paged_attention(q, k_cache, v_cache, block_tables, ctx_lens) -> np.ndarray:
     out = np.zeros_like(q)  # [B, H, hd]
     for b, n in enumerate(np.asarray(ctx_lens, dtype=np.int64)):
         if n > 0:
-            out[b] = attention(q[b], _gather(k_cache, block_tables[b], n), _gather(v_cache, block_tables[b], n))
+            k = _gather(k_cache, block_tables[b], n)  # [T, KVH, hd]
+            v = _gather(v_cache, block_tables[b], n)  # [T, KVH, hd]
+            out[b] = attention(q[b], k, v)
     return out
 
 
 def append_kv(k_cache, v_cache, k, v, block_tables, positions) -> None:
-    """Write ``k, v[B, KVH, hd]`` in place into the paged caches at ``positions[B]``; inactive rows write nothing.
+    """Write ``k, v[B, KVH, hd]`` into the paged caches at ``positions[B]``, in place; skip inactive rows.
 
     The cache arrays keep their dtype (bf16 caches round, as the GPU's stores do).
     """
@@ -134,7 +148,7 @@ def argmax(logits) -> np.ndarray:
 
 
 class BlockAllocator:
-    """Hands out KV-cache block ids from a free list; seeded, the order is shuffled (non-contiguous tables)."""
+    """Hands out KV block ids from a free list; seeded, the order is shuffled (non-contiguous tables)."""
 
     def __init__(self, num_blocks: int, seed: int | None = None):
         order = np.arange(num_blocks)
@@ -166,7 +180,7 @@ class BlockAllocator:
 
 
 def make_block_tables(rows: list[list[int]], max_blocks: int) -> np.ndarray:
-    """Per-sequence block lists -> ``int32 [B, max_blocks]``, padded with block 0 (never read past ctx_len)."""
+    """Per-sequence block lists -> ``int32 [B, max_blocks]``, padded with block 0 (never read: past ctx)."""
     table = np.zeros((len(rows), max_blocks), dtype=np.int32)  # [B, MB]
     for b, blocks in enumerate(rows):
         table[b, :len(blocks)] = blocks
@@ -188,8 +202,8 @@ class ReferenceModel:
     5. ``gu = h @ w_gate_up^T`` and ``m = silu(gate) * up``;
     6. logits are rounded to fp32.
 
-    The embedding gather is exact (the table is bf16). With ``bf16_activations=False`` everything stays float64
-    and the caches are float64.
+    The embedding gather is exact (the table is bf16). With ``bf16_activations=False`` everything stays
+    float64 and the caches are float64.
     """
 
     def __init__(self, cfg: ModelConfig, weights: Weights, num_blocks: int, bf16_activations: bool = True):
@@ -205,8 +219,9 @@ class ReferenceModel:
     def step(self, tokens, positions, block_tables) -> np.ndarray:
         """Decode one token per row: ``tokens[B]`` at ``positions[B]`` -> ``logits[B, V]`` (float64).
 
-        Appends each active row's K, V at its position (``block_tables [B, max_blocks]``) before attending over
-        ``positions[b] + 1`` tokens. Inactive rows (``positions[b] < 0``) write no cache and attend to nothing.
+        Appends each active row's K, V at its position (``block_tables [B, max_blocks]``) before attending
+        over ``positions[b] + 1`` tokens. Inactive rows (``positions[b] < 0``) write no cache and attend to
+        nothing.
         """
         cfg, w, r = self.cfg, self.weights, self._store
         positions = np.asarray(positions, dtype=np.int64)  # [B]

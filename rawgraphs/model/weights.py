@@ -1,8 +1,8 @@
 """``Weights``: a model's bf16 host arrays in the kernels' fused layouts; seeded random or HF safetensors.
 
-Layouts (``kernels/README.md``): linear weights are HF ``W[N_out, K_in]``; ``w_qkv [(H + 2*KVH)*hd, D]`` is q rows,
-then k, then v; ``w_gate_up [2F, D]`` is gate rows, then up. ``lm_head`` is the very same array as ``embed`` when the
-config ties them.
+Layouts (``kernels/README.md``): linear weights are HF ``W[N_out, K_in]``; ``w_qkv [(H + 2*KVH)*hd, D]`` is
+q rows, then k, then v; ``w_gate_up [2F, D]`` is gate rows, then up. ``lm_head`` is the very same array as
+``embed`` when the config ties them.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ class Weights:
         """Seeded random weights that keep activations O(1) through many layers; no element is zero.
 
         Linear weights are normal with std ``1/sqrt(K_in)``, the embedding std 1, norms ``1 + 0.1 * normal``.
-        Each tensor has its own stream (``SeedSequence([seed, index])``), so the result does not depend on order.
+        Each tensor has its own stream (``SeedSequence([seed, index])``): the result does not depend on order.
         """
         counter = iter(range(1 << 30))
 
@@ -111,7 +111,7 @@ class Weights:
 
     @classmethod
     def from_hf(cls, folder: str | PathLike) -> Weights:
-        """Load ``config.json`` + ``*.safetensors`` of a HF ``LlamaForCausalLM`` checkpoint; fuse q/k/v, gate/up.
+        """Load a HF ``LlamaForCausalLM`` checkpoint (``config.json`` + ``*.safetensors``); fuse qkv, gate/up.
 
         bf16, fp16 and fp32 tensors are accepted; fp16/fp32 are rounded to bf16 (nearest even).
         """
@@ -124,7 +124,7 @@ class Weights:
         for file in files:
             # safetensors >= 0.4 with ml_dtypes returns bf16 tensors as ml_dtypes.bfloat16 arrays in numpy.
             with safe_open(file, framework="numpy") as f:
-                for name in f.keys():
+                for name in f.keys():  # noqa: SIM118 (safe_open is not iterable)
                     tensors[name] = f.get_tensor(name)
 
         def take(name: str) -> np.ndarray:
@@ -201,8 +201,8 @@ def _normal_quantiles() -> np.ndarray:
 def _normal_bf16(shape: tuple[int, ...], std: float, seed: int, index: int) -> np.ndarray:
     """Bf16 normal(0, std) samples, drawn by indexing a quantile table with uniform 16-bit integers.
 
-    Exactly distributed as a 16-bit-quantized normal and ~10x faster than ``standard_normal`` + a bf16 cast, which
-    matters for the 1b config (1.1e9 values). Philox's raw output is the fastest uniform source numpy has.
+    Exactly distributed as a 16-bit-quantized normal and ~10x faster than ``standard_normal`` + a bf16 cast,
+    which matters for the 1b config (~1e9 values). Philox's raw output is numpy's fastest uniform source.
     """
     table = (_normal_quantiles() * std).astype(np.float32).astype(BF16)  # [65536]
     if not np.all(table.astype(np.float32) != 0):
