@@ -31,7 +31,15 @@ from pathlib import Path
 import numpy as np
 from cuda.bindings import driver
 
-from rawgraphs.bench import BenchResult, collect_metadata, format_table, make_row, plot_bars, progress, time_host
+from rawgraphs.bench import (
+    BenchResult,
+    collect_metadata,
+    format_table,
+    make_row,
+    plot_bars,
+    progress,
+    time_host,
+)
 from rawgraphs.context import Stream, device
 from rawgraphs.errors import check
 from rawgraphs.kernel import Kernel, LaunchShape, Module
@@ -204,8 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         row = make_row(s, kernel=k, method=m)
         row["ratio_to_raw_packed"] = row["summary"]["median"] / float(np.median(samples[k, "raw packed"]))
         rows.append(row)
-    print(format_table(rows, ["kernel", "method", ("summary.median", "host us/launch"), ("summary.p10", "p10"),
-                              ("summary.p90", "p90"), ("ratio_to_raw_packed", "ratio to (a)")],
+    columns = ["kernel", "method", ("summary.median", "host us/launch"), ("summary.p10", "p10"),
+               ("summary.p90", "p90"), ("ratio_to_raw_packed", "ratio to (a)")]
+    print(format_table(rows, columns,
                        title=f"launch_overhead on {dev.name}: host time per eager launch "
                              f"({opts.iters} launches x {opts.repeats} samples)"))
     ratio = {r["kernel"]: r["ratio_to_raw_packed"] for r in rows if r["method"] == "rawgraphs"}

@@ -25,7 +25,7 @@
 //     block_tables [B, max_blocks]                int32
 //     positions    [B]                            int32
 //     max_blocks   row stride of block_tables; n_heads H, n_kv_heads KVH; heads_per_block G (divides H/KVH,
-//     1..4); partition (tokens per split, a multiple of 64); max_splits (== gridDim.z); scale (1/sqrt(hd)).
+//     1..4); partition (tokens per split, a multiple of 64, at most 2048); max_splits (== gridDim.z); scale (1/sqrt(hd)).
 //
 // attention_combine: merges the partials of the splits that hold tokens, in split order (deterministic).
 //   grid = (B, H), block = (128). Inactive rows write zeros.
@@ -100,9 +100,14 @@ __device__ __forceinline__ void attention_block(
         for (int k = 0; k < 8; ++k) acc[g][k] = 0.f;
     }
 
-    const int* table = block_tables + (long long)b * max_blocks;
-    for (int page = t0 / ATTN_PAGE + warp; page * ATTN_PAGE < t1; page += ATTN_WARPS) {
-        const long long base = (((long long)table[page] * n_kv_heads + kh) * ATTN_PAGE) * HD;
+    // This warp's pages are first, first + 4, ...: lane i fetches the block of the i-th one up front, so the
+    // table lookup is not a dependent load ahead of every page (partition <= 2048 keeps i < 32).
+    const int first = t0 / ATTN_PAGE + warp;
+    const int my_page = first + lane * ATTN_WARPS;
+    const int my_blk = my_page * ATTN_PAGE < t1 ? block_tables[(long long)b * max_blocks + my_page] : 0;
+    for (int i = 0, page = first; page * ATTN_PAGE < t1; ++i, page += ATTN_WARPS) {
+        const int blk = __shfl_sync(0xffffffffu, my_blk, i);
+        const long long base = (((long long)blk * n_kv_heads + kh) * ATTN_PAGE) * HD;
         const uint4* kp = reinterpret_cast<const uint4*>(k_cache + base);
         const uint4* vp = reinterpret_cast<const uint4*>(v_cache + base);
         uint4 kr[J], vr[J];

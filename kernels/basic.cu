@@ -1,6 +1,6 @@
 // basic.cu: small float32 kernels for tests, graph demos and launch/update benchmarks.
 //
-// axpb:   out[i] = a * x[i] + b              grid = ceil(n / 256), block = 256
+// axpb:   out[i] = a * x[i] + b (no FMA)   grid = ceil(n / 256), block = 256
 // add:    out[i] = x[i] + y[i]               grid = ceil(n / 256), block = 256
 // fill64: out[i] = start + i * step (int64)  grid = ceil(n / 256), block = 256
 // noop:   does nothing (launch-overhead benchmarks); any grid/block
@@ -9,7 +9,7 @@
 
 extern "C" __global__ void axpb(float* __restrict__ out, const float* __restrict__ x, float a, float b, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = a * x[i] + b;
+    if (i < n) out[i] = __fadd_rn(__fmul_rn(a, x[i]), b);  // no FMA contraction: exact vs NumPy
 }
 
 extern "C" __global__ void add(float* __restrict__ out, const float* __restrict__ x, const float* __restrict__ y,

@@ -7,9 +7,24 @@ import math
 import numpy as np
 import pytest
 
-from rawgraphs.bench import (SCHEMA_VERSION, BenchResult, Summary, collect_metadata, format_cell, format_table,
-                             load_json, make_row, markdown_table, metadata_line, plot_bars, plot_lines, progress,
-                             render_summary, time_host, validate)
+from rawgraphs.bench import (
+    SCHEMA_VERSION,
+    BenchResult,
+    Summary,
+    collect_metadata,
+    format_cell,
+    format_table,
+    load_json,
+    make_row,
+    markdown_table,
+    metadata_line,
+    plot_bars,
+    plot_lines,
+    progress,
+    render_summary,
+    time_host,
+    validate,
+)
 
 
 def _result() -> BenchResult:
@@ -168,8 +183,9 @@ def _is_png(path) -> bool:
 
 
 def test_plots_write_png(tmp_path):
-    lines = plot_lines(tmp_path / "a" / "lines.png", [1, 2, 4, 8], {"eager": [9, 9, 9, 9], "graph": [4, 3, 2, 2]},
-                       title="t", xlabel="batch", ylabel="us", logx=True)
+    series = {"eager": [9, 9, 9, 9], "graph": [4, 3, 2, 2]}
+    lines = plot_lines(tmp_path / "a" / "lines.png", [1, 2, 4, 8], series, title="t", xlabel="batch",
+                       ylabel="us", logx=True)
     bars = plot_bars(tmp_path / "bars.png", ["a", "b"], [5.0, 6.0], low=[4.0, 5.0], high=[6.0, 7.5])
     assert _is_png(lines) and _is_png(bars)
     with pytest.raises(ValueError, match="series 'x'"):

@@ -8,13 +8,38 @@
 """
 
 from .record import SCHEMA_VERSION, BenchResult, collect_metadata, load_json, make_row, validate
-from .report import (format_cell, format_table, markdown_table, metadata_line, plot_bars, plot_lines, progress,
-                     render_summary, result_columns)
+from .report import (
+    format_cell,
+    format_table,
+    markdown_table,
+    metadata_line,
+    plot_bars,
+    plot_lines,
+    progress,
+    render_summary,
+    result_columns,
+)
 from .stats import Summary, summarize
 from .timing import time_gpu, time_host
 
 __all__ = [
-    "SCHEMA_VERSION", "BenchResult", "collect_metadata", "load_json", "make_row", "validate",
-    "format_cell", "format_table", "markdown_table", "metadata_line", "plot_bars", "plot_lines", "progress",
-    "render_summary", "result_columns", "Summary", "summarize", "time_gpu", "time_host",
+    "SCHEMA_VERSION",
+    "BenchResult",
+    "Summary",
+    "collect_metadata",
+    "format_cell",
+    "format_table",
+    "load_json",
+    "make_row",
+    "markdown_table",
+    "metadata_line",
+    "plot_bars",
+    "plot_lines",
+    "progress",
+    "render_summary",
+    "result_columns",
+    "summarize",
+    "time_gpu",
+    "time_host",
+    "validate",
 ]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .stats import Summary
 
-__all__ = ["SCHEMA_VERSION", "BenchResult", "collect_metadata", "make_row", "load_json", "validate"]
+__all__ = ["SCHEMA_VERSION", "BenchResult", "collect_metadata", "load_json", "make_row", "validate"]
 
 SCHEMA_VERSION = 1
 
@@ -58,7 +58,7 @@ def _gpu() -> tuple[str | None, dict | None]:
     from ..errors import NoDriverError
 
     try:
-        drv = "%d.%d" % driver_version()
+        drv = "{}.{}".format(*driver_version())
     except NoDriverError:
         return None, None
     if not gpu_available():
@@ -86,7 +86,7 @@ def collect_metadata(repo: str | Path | None = None, import_torch: bool = False)
         "python": platform.python_version(),
         "platform": platform.platform(),
         "packages": {name: _version(dists) for name, dists in _PACKAGES.items()},
-        "nvrtc": "%d.%d" % nvrtc_version(),
+        "nvrtc": "{}.{}".format(*nvrtc_version()),
         "driver": drv,
         "device": dev,
         "git": _git(repo),
@@ -140,7 +140,8 @@ def load_json(path: str | Path) -> BenchResult:
 
 
 _NUMBER = (int, float)
-_TOP = {"schema_version": int, "benchmark": str, "metadata": dict, "params": dict, "rows": list, "notes": list}
+_TOP = {"schema_version": int, "benchmark": str, "metadata": dict, "params": dict, "rows": list,
+        "notes": list}
 _META = {"date_utc": str, "hostname": str, "python": str, "packages": dict, "nvrtc": str,
          "driver": (str, type(None)), "device": (dict, type(None)), "git": (dict, type(None))}
 _DEVICE = {"name": str, "arch": str, "sm_count": int, "memory_bytes": int}
@@ -149,21 +150,28 @@ _SUMMARY = {"n": int, "median": _NUMBER, "mean": _NUMBER, "min": _NUMBER, "p10":
             "stdev": _NUMBER}
 
 
+def _bad(key: str, want: str, value) -> ValueError:
+    return ValueError(f"benchmark result: key {key!r} should be {want}, got {type(value).__name__}")
+
+
+def _is(value, typ) -> bool:
+    return isinstance(value, typ) and (typ is bool or not isinstance(value, bool))  # True is no number
+
+
 def _need(obj: dict, spec: dict, where: str) -> None:
     for key, typ in spec.items():
         name = f"{where}{key}"
         if key not in obj:
             raise ValueError(f"benchmark result: missing key {name!r}")
-        value = obj[key]
-        if not isinstance(value, typ) or isinstance(value, bool) and typ is not bool:
+        if not _is(obj[key], typ):
             want = typ.__name__ if isinstance(typ, type) else " or ".join(t.__name__ for t in typ)
-            raise ValueError(f"benchmark result: key {name!r} should be {want}, got {type(value).__name__}")
+            raise _bad(name, want, obj[key])
 
 
 def validate(doc: dict) -> None:
     """Check a result document's required keys and types; raise ValueError naming the first bad key."""
-    if not isinstance(doc, dict):
-        raise ValueError(f"benchmark result: expected a JSON object, got {type(doc).__name__}")
+    if not _is(doc, dict):
+        raise _bad("<document>", "a JSON object", doc)
     _need(doc, _TOP, "")
     if doc["schema_version"] != SCHEMA_VERSION:
         raise ValueError(f"benchmark result: key 'schema_version' is {doc['schema_version']}, "
@@ -176,14 +184,13 @@ def validate(doc: dict) -> None:
         _need(meta["git"], _GIT, "metadata.git.")
     for i, row in enumerate(doc["rows"]):
         where = f"rows[{i}]"
-        if not isinstance(row, dict):
-            raise ValueError(f"benchmark result: key {where!r} should be dict, got {type(row).__name__}")
+        if not _is(row, dict):
+            raise _bad(where, "dict", row)
         _need(row, {"unit": str, "samples": list, "summary": dict}, where + ".")
-        for j, s in enumerate(row["samples"]):
-            if not isinstance(s, _NUMBER) or isinstance(s, bool):
-                raise ValueError(f"benchmark result: key '{where}.samples[{j}]' should be a number, "
-                                 f"got {type(s).__name__}")
+        for j, sample in enumerate(row["samples"]):
+            if not _is(sample, _NUMBER):
+                raise _bad(f"{where}.samples[{j}]", "a number", sample)
         _need(row["summary"], _SUMMARY, where + ".summary.")
     for i, note in enumerate(doc["notes"]):
-        if not isinstance(note, str):
-            raise ValueError(f"benchmark result: key 'notes[{i}]' should be str, got {type(note).__name__}")
+        if not _is(note, str):
+            raise _bad(f"notes[{i}]", "str", note)

@@ -13,8 +13,17 @@ from typing import TextIO
 
 from .record import BenchResult
 
-__all__ = ["format_cell", "format_table", "markdown_table", "result_columns", "metadata_line", "render_summary",
-           "plot_lines", "plot_bars", "progress"]
+__all__ = [
+    "format_cell",
+    "format_table",
+    "markdown_table",
+    "metadata_line",
+    "plot_bars",
+    "plot_lines",
+    "progress",
+    "render_summary",
+    "result_columns",
+]
 
 # A column is a row key ("method"), a dotted key into a nested dict ("summary.median") or (key, header).
 Column = str | tuple[str, str]
@@ -42,7 +51,8 @@ def _get(row: Mapping, key: str):
     return value
 
 
-def _grid(rows: Sequence[Mapping], columns: Sequence[Column]) -> tuple[list[str], list[list[str]], list[bool]]:
+def _grid(rows: Sequence[Mapping], columns: Sequence[Column]
+          ) -> tuple[list[str], list[list[str]], list[bool]]:
     """Headers, formatted cells and which columns are numeric (right-aligned)."""
     keys = [c if isinstance(c, str) else c[0] for c in columns]
     headers = [c if isinstance(c, str) else c[1] for c in columns]
@@ -93,7 +103,8 @@ def result_columns(rows: Sequence[Mapping]) -> list[Column]:
 def metadata_line(meta: Mapping) -> str:
     """One line: device, driver, NVRTC, package versions, git revision, date."""
     dev = meta.get("device")
-    parts = [f"device: {dev['name']} ({dev['arch']}, {dev['sm_count']} SMs, {dev['memory_bytes'] / 2**30:.0f} GiB)"
+    gib = dev["memory_bytes"] / 2**30 if dev else 0
+    parts = [f"device: {dev['name']} ({dev['arch']}, {dev['sm_count']} SMs, {gib:.0f} GiB)"
              if dev else "device: none (CPU only)",
              f"driver: CUDA {meta.get('driver') or '-'}", f"NVRTC {meta.get('nvrtc') or '-'}"]
     parts += [f"{name} {v}" for name, v in meta.get("packages", {}).items() if v]
@@ -135,8 +146,9 @@ def _save(fig, path: str | Path) -> Path:
     return path
 
 
-def plot_lines(path: str | Path, x: Sequence[float], series: Mapping[str, Sequence[float]], *, title: str = "",
-               xlabel: str = "", ylabel: str = "", logx: bool = False, logy: bool = False) -> Path:
+def plot_lines(path: str | Path, x: Sequence[float], series: Mapping[str, Sequence[float]], *,
+               title: str = "", xlabel: str = "", ylabel: str = "", logx: bool = False,
+               logy: bool = False) -> Path:
     """One line per entry of ``series`` (label -> y values over ``x``), written as a PNG; returns the path."""
     fig, ax = _figure(title, xlabel, ylabel)
     for label, y in series.items():
@@ -151,7 +163,8 @@ def plot_lines(path: str | Path, x: Sequence[float], series: Mapping[str, Sequen
 
 
 def plot_bars(path: str | Path, labels: Sequence[str], values: Sequence[float], *, title: str = "",
-              ylabel: str = "", low: Sequence[float] | None = None, high: Sequence[float] | None = None) -> Path:
+              ylabel: str = "", low: Sequence[float] | None = None,
+              high: Sequence[float] | None = None) -> Path:
     """Bars of ``values`` with optional ``low``/``high`` whiskers (e.g. p10/p90), written as a PNG."""
     if len(values) != len(labels):
         raise ValueError(f"{len(labels)} labels for {len(values)} values")

@@ -75,7 +75,7 @@ def attention_plan(n_heads: int, n_kv_heads: int, head_dim: int, batch: int, max
     The partition (tokens per split) is the largest of 512/256/128/64 that still gives at least two blocks per
     SM at the maximum context (``num_sms``: 132 on the H200), so short batches spread over the GPU; a
     ``max_seq_len`` that fits one partition runs as a single pass with no combine. ``partition`` forces a value
-    (a multiple of 64), e.g. to test the split path with short contexts.
+    (a multiple of 64 up to 2048), e.g. to test the split path with short contexts.
     """
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head_dim {head_dim} has no attention kernel (one of {HEAD_DIMS})")
@@ -89,8 +89,8 @@ def attention_plan(n_heads: int, n_kv_heads: int, head_dim: int, batch: int, max
     if partition is None:
         partition = next((p for p in _PARTITIONS if batch * y * math.ceil(max_seq_len / p) >= 2 * num_sms),
                          _PARTITIONS[-1])
-    if partition < 64 or partition % 64:
-        raise ValueError(f"partition {partition} must be a positive multiple of 64")
+    if not 64 <= partition <= 2048 or partition % 64:
+        raise ValueError(f"partition {partition} must be a multiple of 64 in [64, 2048]")
     splits = math.ceil(max_seq_len / partition)
     return AttentionPlan(
         kernel=f"attention_hd{head_dim}",
