@@ -8,7 +8,7 @@
 //   3 OUT_PARTIAL   y fp32 [splits, B, N]    y[s] = partial sum over split s's K range (split-K;
 //                                            splitk_reduce then sums the splits in order and applies 0/1/2)
 //
-// gemv (B <= 2 per pass) and gemv_wide (B <= 16 per pass); any B works, in passes of 2 / 16 batch rows.
+// gemv (B = 1; a larger B runs one pass per row) and gemv_wide (B <= 16 per pass; passes of 16 above).
 //   Weight-streaming GEMV: a block owns
 //   GEMV_ROWS = 4 weight rows and one K range; each thread streams 16-byte weight loads (GEMV_UNROLL x 4 rows
 //   in flight), multiplies them with every batch row of x (L1-cached), and the block reduces in fixed order.
@@ -117,21 +117,21 @@ __device__ __forceinline__ void gemv_all(void* y, const bf16* x, const bf16* w, 
     for (int b0 = 0; b0 < B; b0 += NB) gemv_pass<NB>(y, x, w, b0, min(NB, B - b0), B, N, K, k0, k1, mode);
 }
 
-// Two entry points so the narrow one keeps few registers (more resident blocks at B = 1) while the wide one
-// holds 16 batch rows of accumulators.
+// Two entry points so the B = 1 one keeps few registers (44: more resident blocks, more loads in flight) while
+// the wide one holds up to 16 batch rows of accumulators.
 extern "C" __global__ void __launch_bounds__(256) gemv(void* y, const bf16* __restrict__ x,
                                                        const bf16* __restrict__ w, int B, int N, int K,
                                                        int k_chunk, int mode) {
     const int k0 = blockIdx.y * k_chunk, k1 = min(K, k0 + k_chunk);
-    if (B <= 1) gemv_all<1>(y, x, w, B, N, K, k0, k1, mode);
-    else gemv_all<2>(y, x, w, B, N, K, k0, k1, mode);
+    gemv_all<1>(y, x, w, B, N, K, k0, k1, mode);
 }
 
 extern "C" __global__ void __launch_bounds__(256) gemv_wide(void* y, const bf16* __restrict__ x,
                                                             const bf16* __restrict__ w, int B, int N, int K,
                                                             int k_chunk, int mode) {
     const int k0 = blockIdx.y * k_chunk, k1 = min(K, k0 + k_chunk);
-    if (B <= 4) gemv_all<4>(y, x, w, B, N, K, k0, k1, mode);
+    if (B <= 2) gemv_all<2>(y, x, w, B, N, K, k0, k1, mode);
+    else if (B <= 4) gemv_all<4>(y, x, w, B, N, K, k0, k1, mode);
     else if (B <= 8) gemv_all<8>(y, x, w, B, N, K, k0, k1, mode);
     else gemv_all<GEMV_MAX_NB>(y, x, w, B, N, K, k0, k1, mode);
 }
