@@ -108,8 +108,8 @@ def run_attention(mod, stream, q, k_cache, v_cache, tables, positions, plan):
     part_ml = DeviceBuffer(plan.part_ml_shape, np.float32)
     part_o.fill_bytes(0xFF)
     part_ml.fill_bytes(0xFF)
-    bufs = {n: DeviceBuffer.from_numpy(np.ascontiguousarray(a)) for n, a in
-            dict(q=q, k_cache=k_cache, v_cache=v_cache, block_tables=tables, positions=positions).items()}
+    host = {"q": q, "k_cache": k_cache, "v_cache": v_cache, "block_tables": tables, "positions": positions}
+    bufs = {n: DeviceBuffer.from_numpy(np.ascontiguousarray(a)) for n, a in host.items()}
     k = mod.kernel(plan.kernel)
     k.launch(plan.attention, k.args(out=out, part_o=part_o, part_ml=part_ml, **bufs, max_blocks=tables.shape[1],
                                     n_heads=n_heads, n_kv_heads=kvh, heads_per_block=plan.heads_per_block,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from ..kernel import LaunchShape
 
-__all__ = ["AttentionPlan", "attention_plan", "attention_plan_for", "HEAD_DIMS", "BLOCK_SIZE"]
+__all__ = ["BLOCK_SIZE", "HEAD_DIMS", "AttentionPlan", "attention_plan", "attention_plan_for"]
 
 HEAD_DIMS = (16, 64, 128)  # head dims with an attention_hd<hd> entry point
 BLOCK_SIZE = 16  # tokens per KV-cache block

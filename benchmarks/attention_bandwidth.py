@@ -1,0 +1,126 @@
+"""How close does paged decode attention come to HBM bandwidth on the KV bytes it must read?
+
+The 1b config's attention (H=16, hd=128; KVH=16 and a GQA variant KVH=4) at B = 1, 8, 64 with every row at
+context 512 or 4096, launched with the plan for max_seq_len=4096 (the fixed grid one CUDA graph uses). Each
+timed launch is queued behind a ~50 us spin kernel so the GPU never waits for Python, and the KV pool is
+rotated over copies that together exceed the 60 MB L2 (cold reads, as in decode). Median of CUDA-event times
+(attention + combine); GB/s of K+V bytes read and the ratio to the measured 4270 GB/s copy bandwidth. Last rows:
+B=48 with 11 inactive rows next to B=37 (inactive rows must cost next to nothing).
+
+Usage: PYTHONPATH=. python3 benchmarks/attention_bandwidth.py [--out results.json] [--reps 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import subprocess
+
+import ml_dtypes
+import numpy as np
+
+from rawgraphs.context import Event, Stream, device, driver_version
+from rawgraphs.kernel import LaunchShape, Module
+from rawgraphs.memory import DeviceBuffer
+from rawgraphs.model.attn_plan import attention_plan
+
+HBM_GBS = 4270.0
+L2_BYTES = 60 * 2**20
+MAX_SEQ = 4096
+H, HD = 16, 128
+SPIN = """extern "C" __global__ void spin(long long cycles) {
+    long long t0 = clock64();
+    while (clock64() - t0 < cycles) {}
+}"""
+
+
+def time_case(mods, stream, kvh: int, batch: int, ctx: int, active: int, reps: int) -> dict:
+    """Median time of attention (+ combine) for ``batch`` rows, the first ``active`` of them at context ``ctx``."""
+    plan = attention_plan(H, kvh, HD, batch, MAX_SEQ)
+    max_blocks = MAX_SEQ // 16
+    used = active * math.ceil(ctx / 16)  # blocks read per launch
+    block_bytes = kvh * 16 * HD * 2  # one cache's block, bf16
+    kv_bytes = 2 * used * block_bytes  # K and V
+    copies = max(1, math.ceil(4 * L2_BYTES / kv_bytes))
+    k_cache = DeviceBuffer((copies * used, kvh, 16, HD), ml_dtypes.bfloat16)  # [NB, KVH, 16, hd]
+    v_cache = DeviceBuffer((copies * used, kvh, 16, HD), ml_dtypes.bfloat16)
+    k_cache.fill_bytes(0x3C)
+    v_cache.fill_bytes(0x3D)
+    rng = np.random.default_rng(0)
+    tables = []
+    for r in range(copies):  # shuffled, non-contiguous blocks; copy r uses its own region of the pool
+        t = np.zeros((batch, max_blocks), np.int32)  # [B, max_blocks]
+        t[:active, :used // active] = (r * used + rng.permutation(used)).reshape(active, -1)
+        tables.append(DeviceBuffer.from_numpy(t))
+    positions = DeviceBuffer.from_numpy(np.array([ctx - 1] * active + [-1] * (batch - active), np.int32))
+    q = DeviceBuffer.from_numpy(rng.standard_normal((batch, H, HD)).astype(ml_dtypes.bfloat16))
+    out = DeviceBuffer((batch, H * HD), ml_dtypes.bfloat16)
+    part_o = DeviceBuffer(plan.part_o_shape, np.float32)
+    part_ml = DeviceBuffer(plan.part_ml_shape, np.float32)
+
+    attn, comb = mods["attention"].kernel(plan.kernel), mods["attention"].kernel("attention_combine")
+    spin = mods["spin"].kernel("spin")
+    spin_args = spin.args(cycles=100_000)  # ~50 us at ~1.98 GHz: covers the Python launches behind it
+    attn_args = [attn.args(out=out, part_o=part_o, part_ml=part_ml, q=q, k_cache=k_cache, v_cache=v_cache,
+                           block_tables=t, positions=positions, max_blocks=max_blocks, n_heads=H, n_kv_heads=kvh,
+                           heads_per_block=plan.heads_per_block, partition=plan.partition,
+                           max_splits=plan.max_splits, scale=plan.scale) for t in tables]
+    comb_args = comb.args(out=out, part_o=part_o, part_ml=part_ml, positions=positions, max_blocks=max_blocks,
+                          n_heads=H, head_dim=HD, partition=plan.partition, max_splits=plan.max_splits)
+    start, end = Event.create(), Event.create()
+    times = []
+    for i in range(reps + 5):
+        spin.launch(LaunchShape(grid=(1,), block=(32,)), spin_args, stream)
+        start.record(stream)
+        attn.launch(plan.attention, attn_args[i % copies], stream)
+        if plan.combine:
+            comb.launch(plan.combine_shape, comb_args, stream)
+        end.record(stream)
+        end.synchronize()
+        if i >= 5:  # warm-up
+            times.append(start.elapsed_ms(end) * 1e3)
+    us = float(np.median(times))
+    gbs = kv_bytes / us / 1e3
+    return {"kvh": kvh, "batch": batch, "active": active, "ctx": ctx, "partition": plan.partition,
+            "splits": plan.max_splits, "grid": list(plan.attention.grid), "kv_mb": kv_bytes / 2**20,
+            "median_us": us, "gbs": gbs, "ratio": gbs / HBM_GBS}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="attention_bandwidth.json", help="JSON results path")
+    ap.add_argument("--reps", type=int, default=50)
+    a = ap.parse_args()
+    dev = device()
+    mods = {"attention": Module.from_file("attention"), "spin": Module.from_source(SPIN, "spin.cu")}
+    attrs = {n: mods["attention"].kernel(n).attributes()
+             for n in ("attention_hd16", "attention_hd64", "attention_hd128", "attention_combine")}
+    rows = []
+    with Stream.create() as stream:
+        for kvh in (16, 4):
+            for batch in (1, 8, 64):
+                for ctx in (512, 4096):
+                    rows.append(time_case(mods, stream, kvh, batch, ctx, batch, a.reps))
+        for batch, active in ((37, 37), (48, 37)):
+            rows.append(time_case(mods, stream, 16, batch, 4096, active, a.reps))
+
+    print(f"{dev.name}  attention_hd128 {attrs['attention_hd128']}  H={H} hd={HD} plan max_seq_len={MAX_SEQ}")
+    print(f"{'KVH':>4} {'B':>3} {'act':>3} {'ctx':>5} {'part':>4} {'spl':>3} {'KV MB':>8} {'us':>8} "
+          f"{'GB/s':>7} {'/4270':>6}")
+    for r in rows:
+        print(f"{r['kvh']:>4} {r['batch']:>3} {r['active']:>3} {r['ctx']:>5} {r['partition']:>4} {r['splits']:>3} "
+              f"{r['kv_mb']:>8.1f} {r['median_us']:>8.2f} {r['gbs']:>7.0f} {r['ratio']:>6.2f}")
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], check=False, capture_output=True, text=True).stdout.strip()
+    except OSError:
+        rev = ""
+    meta = {"device": dev.name, "driver": driver_version(), "numpy": np.__version__,
+            "python": platform.python_version(), "git": rev, "kernel_attributes": attrs, "hbm_gbs": HBM_GBS}
+    with open(a.out, "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
