@@ -1,0 +1,117 @@
+"""Launch plans for the projection kernels of ``kernels/gemv.cu`` (pure functions: no GPU, no driver).
+
+``gemv_plan(B, N, K, out)`` picks the kernel, grid, block and split-K factor for ``y[B, N] = x[B, K] @ W[N, K]^T``
+on an H200-class GPU (132 SMs):
+
+- ``B == 1``: ``gemv``, 4 weight rows per 128-thread block, 16-byte streaming loads (44 registers, so many
+  blocks and loads are in flight per SM).
+- ``2 <= B <= 16``: ``gemv_wide``, the same streaming with up to 16 batch rows of accumulators, so each weight
+  row is read once per launch.
+- ``B > 16``: ``gemm_tc``, 64 x 64 output tiles on tensor cores (mma.sync bf16, fp32 accumulate).
+
+When the grid would leave SMs idle (fewer than ``2 * SMS`` blocks) the K range is split: the main kernel writes
+fp32 partials to a **workspace** ``[splits, B, N]`` (``plan.workspace_bytes``) and ``splitk_reduce`` adds them in
+a fixed order and applies the output (bit-identical run to run; no atomics). The decode step allocates one
+workspace of ``max_workspace_bytes(...)`` over every projection and batch size it launches, and may share it
+between projections (they run one after the other on one stream).
+
+Output modes (``out``): ``"bf16"`` y bf16; ``"residual"`` y bf16 updated in place, ``y += x @ W^T``; ``"f32"``
+y fp32 (logits).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+__all__ = ["OUT_MODES", "PARTIAL", "SMS", "GemvPlan", "Launch", "gemv_plan", "max_workspace_bytes"]
+
+OUT_MODES = {"bf16": 0, "residual": 1, "f32": 2}  # the `mode` argument of kernels/gemv.cu
+PARTIAL = 3  # mode: write fp32 partials of one K split
+SMS = 132  # streaming multiprocessors of the H200
+GEMV_ROWS = 4  # weight rows per gemv / gemv_wide block (GEMV_ROWS in gemv.cu)
+TC_TILE = 64  # gemm_tc output tile edge (TC_M == TC_N in gemv.cu)
+REDUCE_THREADS = 256
+
+
+class Launch(NamedTuple):
+    """One kernel launch of a plan: kernel name in ``gemv.cu``, grid, block, dynamic shared bytes, arguments."""
+
+    kernel: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared: int
+    args: dict
+
+
+@dataclass(frozen=True)
+class GemvPlan:
+    """How to launch one projection. ``kernel, grid, block, shared, splits`` describe the main launch;
+    with ``splits > 1`` it writes partials (``mode == PARTIAL``) and ``splitk_reduce`` follows."""
+
+    kernel: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared: int
+    splits: int
+    k_chunk: int  # K elements per split (multiple of 64)
+    mode: int  # the main kernel's mode argument
+    out_mode: int  # the requested output mode (OUT_MODES value)
+    workspace_bytes: int  # fp32 [splits, B, N] partials; 0 when splits == 1
+    reduce_grid: tuple[int, int, int] | None
+
+    def launches(self, y, x, w, workspace, B: int, N: int, K: int) -> list[Launch]:
+        """The launches, in order, with every argument of each kernel filled in.
+
+        ``y``, ``x``, ``w``, ``workspace`` are whatever the launcher accepts as pointers (buffers or ints);
+        ``workspace`` may be None when ``splits == 1``.
+        """
+        if self.splits == 1:
+            return [Launch(self.kernel, self.grid, self.block, self.shared,
+                           dict(y=y, x=x, w=w, B=B, N=N, K=K, k_chunk=self.k_chunk, mode=self.mode))]
+        if workspace is None:
+            raise ValueError(f"this plan splits K {self.splits} ways and needs a workspace of "
+                             f"{self.workspace_bytes} bytes")
+        return [Launch(self.kernel, self.grid, self.block, self.shared,
+                       dict(y=workspace, x=x, w=w, B=B, N=N, K=K, k_chunk=self.k_chunk, mode=PARTIAL)),
+                Launch("splitk_reduce", self.reduce_grid, (REDUCE_THREADS, 1, 1), 0,
+                       dict(y=y, partial=workspace, B=B, N=N, splits=self.splits, mode=self.out_mode))]
+
+
+def _splits(blocks: int, K: int, min_chunk: int) -> tuple[int, int]:
+    """(splits, k_chunk): enough K splits to give about 2 blocks per SM, each at least ``min_chunk`` long."""
+    want = math.ceil(2 * SMS / blocks) if blocks < 2 * SMS else 1
+    splits = max(1, min(want, K // min_chunk))
+    k_chunk = math.ceil(math.ceil(K / splits) / 64) * 64
+    return math.ceil(K / k_chunk), k_chunk
+
+
+def gemv_plan(B: int, N: int, K: int, out: str = "bf16") -> GemvPlan:
+    """The launch plan for ``y[B, N] (out) x[B, K] @ W[N, K]^T``; ``K % 8 == 0`` (16-byte rows)."""
+    if B < 1 or N < 1 or K < 8 or K % 8:
+        raise ValueError(f"gemv needs B >= 1, N >= 1 and K a positive multiple of 8; got B={B}, N={N}, K={K}")
+    if out not in OUT_MODES:
+        raise ValueError(f"out must be one of {sorted(OUT_MODES)}, got {out!r}")
+    if B <= 16:
+        kernel, block = ("gemv" if B == 1 else "gemv_wide"), (128, 1, 1)
+        tiles = math.ceil(N / GEMV_ROWS)
+        splits, k_chunk = _splits(tiles, K, 512)
+        grid = (tiles, splits, 1)
+    else:
+        kernel, block = "gemm_tc", (128, 1, 1)
+        tm, tn = math.ceil(B / TC_TILE), math.ceil(N / TC_TILE)
+        splits, k_chunk = _splits(tm * tn, K, 256)
+        grid = (tm, tn, splits)
+    mode = OUT_MODES[out]
+    if splits == 1:
+        return GemvPlan(kernel, grid, block, 0, 1, k_chunk, mode, mode, 0, None)
+    reduce_grid = (math.ceil(B * N / REDUCE_THREADS), 1, 1)
+    return GemvPlan(kernel, grid, block, 0, splits, k_chunk, PARTIAL, mode, 4 * splits * B * N, reduce_grid)
+
+
+def max_workspace_bytes(batch_sizes: Iterable[int], shapes: Iterable[tuple[int, int]]) -> int:
+    """The largest split-K workspace any ``(N, K)`` projection in ``shapes`` needs at any of ``batch_sizes``."""
+    shapes = list(shapes)
+    return max((gemv_plan(B, N, K).workspace_bytes for B in batch_sizes for N, K in shapes), default=0)
