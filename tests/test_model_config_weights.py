@@ -8,6 +8,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from rawgraphs.model import ModelConfig, Weights
+from rawgraphs.model import weights as weights_module
 
 HF_TINY = {
     "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2,
@@ -113,6 +114,17 @@ def test_random_weights_layout_scale_and_seed():
     assert all(np.array_equal(a, again.arrays()[n]) for n, a in w.arrays().items())
     assert not np.array_equal(w.layers[1].w_qkv, other.layers[1].w_qkv)
     assert not np.array_equal(w.layers[0].w_o, w.layers[1].w_o)
+
+
+def test_random_fill_in_chunks_is_deterministic(monkeypatch):
+    monkeypatch.setattr(weights_module, "_CHUNK", 1000)  # many chunks per tensor, filled by several threads
+    cfg = ModelConfig.preset("tiny")
+    a, b = Weights.random(cfg, seed=5), Weights.random(cfg, seed=5)
+    embed = a.embed.reshape(-1).view(np.uint16)
+    assert np.array_equal(embed, b.embed.reshape(-1).view(np.uint16))
+    assert not np.array_equal(embed[:1000], embed[1000:2000])  # chunks draw from distinct streams
+    assert np.all(a.layers[1].w_gate_up.astype(np.float32) != 0)
+    assert a.embed.astype(np.float64).std() == pytest.approx(1.0, rel=0.05)
 
 
 def test_weights_reject_wrong_shapes_and_untied_head():
