@@ -221,7 +221,7 @@ class GraphExec:
         info = _UpdateResultInfo()
         err = _libcuda().exec_update(int(self._live()), int(graph._live()), ctypes.byref(info))
         if err:
-            reason = driver.CUgraphExecUpdateResult(info.result).name.removeprefix("CU_GRAPH_EXEC_UPDATE_")
+            reason = driver.CUgraphExecUpdateResult(info.result).name.removeprefix("CU_GRAPH_EXEC_UPDATE_ERROR_")
             bad = graph._by_key.get(info.errorNode or 0) or self.graph._by_key.get(info.errorNode or 0)
             if err != driver.CUresult.CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE:
                 raise error_from(driver.CUresult(err), "cuGraphExecUpdate")

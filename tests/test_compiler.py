@@ -1,0 +1,64 @@
+"""NVRTC to cubin without a GPU: every shipped kernel, the cache, compile errors with file and line."""
+
+import time
+
+import pytest
+
+from rawgraphs.compiler import compile_file, compile_source, kernel_files
+from rawgraphs.errors import CompileError
+from rawgraphs.kernel import parse_signatures
+
+KERNELS = [p.stem for p in kernel_files()]
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAWGRAPHS_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("name", KERNELS)
+def test_every_kernel_compiles_to_cubin(name, arch):
+    prog = compile_file(name, arch=arch)
+    assert prog.cubin[:4] == b"\x7fELF" and prog.arch == arch
+    assert parse_signatures(kernel_files()[KERNELS.index(name)].read_text())  # it has entry points
+
+
+def test_second_compile_is_a_cache_hit_and_faster():
+    src = 'extern "C" __global__ void k(float* o, int n) { if (threadIdx.x < n) o[threadIdx.x] = 1.f; }'
+    t0 = time.perf_counter()
+    first = compile_source(src, "k.cu", arch="sm_90")
+    t1 = time.perf_counter()
+    second = compile_source(src, "k.cu", arch="sm_90")
+    t2 = time.perf_counter()
+    assert not first.cache_hit and second.cache_hit and first.cubin == second.cubin
+    assert t2 - t1 < (t1 - t0) / 5
+    assert not compile_source(src, "k.cu", arch="sm_90", options=("-DX=1",)).cache_hit  # options are keyed
+
+
+def test_changed_header_is_not_served_from_cache():
+    src = '#include "h.cuh"\nextern "C" __global__ void k(float* o) { o[0] = V; }'
+    a = compile_source(src, "k.cu", arch="sm_90", headers={"h.cuh": "#define V 1.f"})
+    b = compile_source(src, "k.cu", arch="sm_90", headers={"h.cuh": "#define V 2.f"})
+    assert not b.cache_hit and a.cubin != b.cubin
+
+
+def test_compile_error_shows_log_file_and_line():
+    src = 'extern "C" __global__ void k(float* o) {\n  o[0] = 1.f;\n  undefined_thing(o);\n}\n'
+    with pytest.raises(CompileError) as ei:
+        compile_source(src, "broken.cu", arch="sm_90")
+    e = ei.value
+    assert e.filename == "broken.cu" and e.line == 3 and "undefined_thing" in e.log
+    assert "broken.cu:3" in str(e)
+
+
+def test_templated_kernel_lowered_names():
+    src = ('template <int N> __global__ void fill(float* o) { o[threadIdx.x] = N; }\n'
+           'template __global__ void fill<4>(float*);')
+    prog = compile_source(src, "t.cu", arch="sm_90", name_expressions=("fill<4>", "fill<8>"))
+    assert prog.lowered["fill<4>"].startswith("_Z") and prog.lowered["fill<4>"] != prog.lowered["fill<8>"]
+
+
+def test_bad_arch_is_rejected():
+    with pytest.raises(ValueError, match="sm_90"):
+        compile_source("", "x.cu", arch="hopper")

@@ -1,0 +1,50 @@
+"""Error translation of CUresult / cudaError_t / nvrtcResult values, without a GPU."""
+
+import pytest
+from cuda.bindings import driver, nvrtc, runtime
+
+from rawgraphs.errors import CaptureError, CudaError, GraphUpdateError, NoDriverError, check, error_from
+
+
+def test_success_returns_values():
+    ok = driver.CUresult.CUDA_SUCCESS
+    assert check((ok,)) is None
+    assert check((ok, 7)) == 7
+    assert check((ok, 1, 2)) == (1, 2)
+
+
+def test_driver_error_carries_name_code_hint_and_call():
+    err = driver.CUresult.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+    with pytest.raises(CudaError) as ei:
+        check((err, None), "cuStreamSynchronize")
+    e = ei.value
+    assert e.name == "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED" and e.code == int(err)
+    assert e.call == "cuStreamSynchronize" and "capturing" in e.hint
+    assert "cuStreamSynchronize: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED" in str(e)
+
+
+def test_runtime_error_is_named_like_the_driver():
+    e = error_from(runtime.cudaError_t.cudaErrorInvalidValue)
+    assert e.name == "CUDA_ERROR_INVALID_VALUE" and e.code == 1
+
+
+def test_nvrtc_error_has_nvrtc_description():
+    e = error_from(nvrtc.nvrtcResult.NVRTC_ERROR_INVALID_OPTION, "nvrtcCompileProgram")
+    assert e.name == "NVRTC_ERROR_INVALID_OPTION" and "option" in e.description.lower()
+
+
+def test_missing_driver_becomes_no_driver_error():
+    from rawgraphs.context import gpu_available, init
+    if gpu_available():
+        pytest.skip("this machine has a driver")
+    with pytest.raises(NoDriverError, match="no NVIDIA driver was found") as ei:
+        init.__wrapped__()  # bypass the cache: the real first driver call
+    assert isinstance(ei.value, CudaError) and "install an NVIDIA driver" in ei.value.hint
+
+
+def test_capture_and_update_errors_explain_themselves():
+    base = error_from(driver.CUresult.CUDA_ERROR_STREAM_CAPTURE_UNJOINED)
+    e = CaptureError(base, "ACTIVE", "cuStreamEndCapture")
+    assert "capture status: ACTIVE" in str(e) and "join" in e.hint
+    u = GraphUpdateError("TOPOLOGY_CHANGED", "extra")
+    assert u.reason == "TOPOLOGY_CHANGED" and u.node == "extra" and "at node extra" in str(u)

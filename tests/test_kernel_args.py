@@ -1,0 +1,136 @@
+"""Signatures parsed from source and packed argument blocks, byte for byte, without a GPU."""
+
+import ctypes
+import struct
+
+import numpy as np
+import pytest
+
+from rawgraphs.kernel import KernelArgs, LaunchShape, Param, Signature, parse_signatures
+from rawgraphs.memory import DeviceView, as_view
+
+SRC = """
+// a comment with __global__ void fake(int x) inside must be ignored
+extern "C" __global__ void __launch_bounds__(256) k(const __nv_bfloat16* __restrict__ x, int n,
+        long long big, float eps, unsigned long long seed, double d, unsigned u, int* out) {}
+/* __global__ void also_fake(float y) */
+extern "C" __global__ void none() {}
+"""
+
+
+def sig():
+    return parse_signatures(SRC)["k"]
+
+
+def test_signatures_are_read_from_source():
+    sigs = parse_signatures(SRC)
+    assert set(sigs) == {"k", "none"}
+    assert sig().params == (Param("x", "ptr"), Param("n", "i32"), Param("big", "i64"), Param("eps", "f32"),
+                            Param("seed", "u64"), Param("d", "f64"), Param("u", "u32"), Param("out", "ptr"))
+    assert sigs["none"].params == ()
+
+
+def test_unsupported_parameter_type_is_a_clear_error():
+    with pytest.raises(ValueError, match="unsupported type 'short'"):
+        parse_signatures('extern "C" __global__ void k(short s) {}')
+    with pytest.raises(ValueError, match="reference"):
+        parse_signatures('extern "C" __global__ void k(int& s) {}')
+
+
+def test_block_layout_is_natural_alignment_and_little_endian():
+    a = KernelArgs(sig(), x=0x7F00_0000_1000, n=-3, big=-(2**40), eps=0.5, seed=2**64 - 1, d=1.25, u=2**32 - 1,
+                   out=0x7F00_0000_2000)
+    raw = bytes(a._buf)
+    assert raw[0:8] == struct.pack("<Q", 0x7F00_0000_1000)
+    assert raw[8:12] == struct.pack("<i", -3)
+    assert raw[16:24] == struct.pack("<q", -(2**40))  # 8-aligned after the 4-byte int
+    assert raw[24:28] == struct.pack("<f", 0.5)
+    assert raw[32:40] == struct.pack("<Q", 2**64 - 1)
+    assert raw[40:48] == struct.pack("<d", 1.25)
+    assert raw[48:52] == struct.pack("<I", 2**32 - 1)
+    assert raw[56:64] == struct.pack("<Q", 0x7F00_0000_2000)
+    # the void*[] the driver reads points at each field
+    ptrs = (ctypes.c_void_p * 8).from_address(a.address)
+    base = ctypes.addressof(a._buf)
+    assert [p - base for p in ptrs] == [0, 8, 16, 24, 32, 40, 48, 56]
+
+
+def test_in_place_update_rewrites_only_named_bytes():
+    a = KernelArgs(sig(), 1, 2, 3, 4.0, 5, 6.0, 7, 8)
+    before = bytes(a._buf)
+    a.set(n=99)
+    after = bytes(a._buf)
+    changed = [i for i in range(len(before)) if before[i] != after[i]]
+    assert changed and all(8 <= i < 12 for i in changed)
+    assert a["n"] == 99 and a.raw("n") == 99
+    address = a.address
+    a["eps"] = 0.125
+    assert a.address == address and a.raw("eps") == 0.125  # same block, same address
+
+
+def test_device_array_views_pack_their_pointer_and_are_pinned():
+    class FakeCupy:
+        __cuda_array_interface__ = {"shape": (4, 2), "typestr": "<f4", "data": (0xDEAD_BEE0, False), "version": 3}
+
+    arr = FakeCupy()
+    a = KernelArgs(sig(), x=arr, n=1, big=1, eps=1.0, seed=1, d=1.0, u=1, out=DeviceView(0x1230, (2,), np.int32))
+    assert a.raw("x") == 0xDEAD_BEE0 and a.raw("out") == 0x1230
+    assert a.refs["x"].owner is arr  # keeps the foreign array alive
+    assert as_view(arr).shape == (4, 2) and as_view(arr).dtype == np.float32
+
+
+def test_non_contiguous_views_are_refused():
+    class Strided:
+        __cuda_array_interface__ = {"shape": (4, 2), "typestr": "<f4", "data": (16, False), "version": 3,
+                                    "strides": (4, 16)}
+
+    with pytest.raises(ValueError, match="C-contiguous"):
+        as_view(Strided())
+
+
+@pytest.mark.parametrize("kwargs, exc, msg", [
+    (dict(n=1), TypeError, "missing argument"),
+    (dict(x=1, n=1, big=1, eps=1.0, seed=1, d=1.0, u=1, out=1, extra=2), TypeError, "no argument 'extra'"),
+    (dict(x="0x10", n=1, big=1, eps=1.0, seed=1, d=1.0, u=1, out=1), TypeError, "device pointer"),
+    (dict(x=1, n=1.5, big=1, eps=1.0, seed=1, d=1.0, u=1, out=1), TypeError, "needs an int"),
+    (dict(x=1, n=True, big=1, eps=1.0, seed=1, d=1.0, u=1, out=1), TypeError, "needs an int"),
+    (dict(x=1, n=2**31, big=1, eps=1.0, seed=1, d=1.0, u=1, out=1), ValueError, "out of range"),
+    (dict(x=1, n=1, big=1, eps="1", seed=1, d=1.0, u=1, out=1), TypeError, "needs a number"),
+    (dict(x=1, n=1, big=1, eps=1.0, seed=-1, d=1.0, u=1, out=1), ValueError, "out of range"),
+])
+def test_bad_arguments_are_refused_before_the_driver(kwargs, exc, msg):
+    with pytest.raises(exc, match=msg):
+        KernelArgs(sig(), **kwargs)
+
+
+def test_failed_update_changes_nothing():
+    a = KernelArgs(sig(), 1, 2, 3, 4.0, 5, 6.0, 7, 8)
+    before = bytes(a._buf)
+    with pytest.raises(ValueError):
+        a.set(n=5, u=-1)  # the second value is bad: the first must not be written either
+    assert bytes(a._buf) == before and a["n"] == 2
+
+
+def test_too_many_positional_and_duplicates():
+    with pytest.raises(TypeError, match="takes 8 arguments"):
+        KernelArgs(sig(), *range(9))
+    with pytest.raises(TypeError, match="twice"):
+        KernelArgs(sig(), 1, x=2)
+
+
+def test_signature_text_round_trip_and_stated_signature():
+    s = Signature.parse("k(x: ptr, n: i32)")
+    assert s.name == "k" and s.params == (Param("x", "ptr"), Param("n", "i32"))
+    assert str(s) == "k(x: ptr, n: i32)"
+    with pytest.raises(ValueError, match="unknown type"):
+        Param("x", "int")
+
+
+@pytest.mark.parametrize("grid, block, shared, msg", [
+    ((0,), (1,), 0, "positive"), ((1,), (1025,), 0, "1024"), ((1,), (32, 32, 2), 0, "1024"),
+    ((1, 1, 1, 1), (1,), 0, "1 to 3"), ((1,), (1,), -1, ">= 0"),
+])
+def test_launch_shape_validation(grid, block, shared, msg):
+    with pytest.raises(ValueError, match=msg):
+        LaunchShape(grid, block, shared)
+    assert LaunchShape(4, (8, 2)).block == (8, 2, 1)
