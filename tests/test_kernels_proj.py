@@ -1,0 +1,288 @@
+"""Projection-side decode kernels: embedding, rmsnorm, gemv (+ plans), silu_mul, argmax/sample.
+
+CPU tests: every kernel file compiles for sm_80 and sm_90, signatures, launch plans, the sampling hash.
+GPU tests (``-m gpu``): each kernel against ``rawgraphs.model.reference`` on random (never zero) data with
+poisoned outputs. Tolerances: bf16 outputs ``rtol = atol = 1e-2`` (outputs are O(1)); fp32 logits
+``rtol = 1e-5, atol = 1e-4`` (fp32 accumulation over K <= 5632 of O(1) sums); tokens and copies exact.
+GEMV results must be bit-identical across two runs (split-K reduces in a fixed order).
+"""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from rawgraphs.compiler import compile_file
+from rawgraphs.model import reference as ref
+from rawgraphs.model.plans import OUT_MODES, PARTIAL, SMS, gemv_plan, max_workspace_bytes
+
+BF16 = ml_dtypes.bfloat16
+FILES = ["embedding", "rmsnorm", "gemv", "silu_mul", "sample"]
+# (N, K): 1b qkv / o / gate_up / down / lm_head, small qkv / o, a split-K gemv, tiny, ragged (N % 4, K % 64).
+GEMV_SHAPES = [(6144, 2048), (2048, 2048), (11264, 2048), (2048, 5632), (32000, 2048), (2304, 768), (768, 768),
+               (768, 2048), (64, 64), (99, 40)]
+BATCHES = [1, 3, 8, 16, 37, 64, 256]
+
+
+# ---------------------------------------------------------------- CPU: compile, signatures, plans, hash
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("name", FILES)
+def test_compiles(name, arch):
+    program = compile_file(name, arch=arch, use_cache=False)
+    assert program.arch == arch and len(program.cubin) > 0
+
+
+def test_signatures():
+    from rawgraphs.compiler import kernel_dir
+    from rawgraphs.kernel import parse_signatures
+
+    sigs = {}
+    for name in FILES:
+        sigs.update(parse_signatures((kernel_dir() / f"{name}.cu").read_text()))
+    expect = {
+        "embedding": "out: ptr, tokens: ptr, table: ptr, V: i32, D: i32",
+        "rmsnorm": "out: ptr, x: ptr, w: ptr, eps: f32, D: i32",
+        "add_rmsnorm": "out: ptr, residual: ptr, x: ptr, w: ptr, eps: f32, D: i32",
+        "gemv": "y: ptr, x: ptr, w: ptr, B: i32, N: i32, K: i32, k_chunk: i32, mode: i32",
+        "gemv_wide": "y: ptr, x: ptr, w: ptr, B: i32, N: i32, K: i32, k_chunk: i32, mode: i32",
+        "gemm_tc": "y: ptr, x: ptr, w: ptr, B: i32, N: i32, K: i32, k_chunk: i32, mode: i32",
+        "splitk_reduce": "y: ptr, partial: ptr, B: i32, N: i32, splits: i32, mode: i32",
+        "silu_mul": "out: ptr, gu: ptr, F: i32",
+        "argmax": "tokens: ptr, logits: ptr, V: i32",
+        "sample": "tokens: ptr, logits: ptr, seed: ptr, step: ptr, temperature: f32, V: i32",
+        "advance_step": "step: ptr",
+    }
+    for name, params in expect.items():
+        assert str(sigs[name]) == f"{name}({params})"
+
+
+@pytest.mark.parametrize("B", BATCHES)
+@pytest.mark.parametrize("N,K", GEMV_SHAPES)
+def test_gemv_plan(B, N, K):
+    plan = gemv_plan(B, N, K, "residual")
+    assert plan.kernel == ("gemv" if B == 1 else "gemv_wide" if B <= 16 else "gemm_tc")
+    rows_per_block = 4 if B <= 16 else 64
+    assert plan.grid[0 if B <= 16 else 1] * rows_per_block >= N
+    if B > 16:
+        assert plan.grid[0] * 64 >= B
+    # The splits cover K exactly once, none empty.
+    assert plan.k_chunk % 64 == 0 and plan.splits * plan.k_chunk >= K > (plan.splits - 1) * plan.k_chunk
+    assert plan.grid[1 if B <= 16 else 2] == plan.splits
+    blocks = math.prod(plan.grid) // plan.splits
+    assert plan.splits == 1 or blocks < 2 * SMS
+    launches = plan.launches("y", "x", "w", "ws", B, N, K)
+    if plan.splits == 1:
+        assert plan.mode == OUT_MODES["residual"] and plan.workspace_bytes == 0 and len(launches) == 1
+        assert launches[0].args["y"] == "y"
+    else:
+        assert plan.mode == PARTIAL and plan.workspace_bytes == 4 * plan.splits * B * N
+        main, red = launches
+        assert main.args["y"] == "ws" and main.args["mode"] == PARTIAL
+        assert red.kernel == "splitk_reduce" and red.args["partial"] == "ws" and red.args["y"] == "y"
+        assert red.args["mode"] == OUT_MODES["residual"] and red.grid[0] * red.block[0] >= B * N
+        with pytest.raises(ValueError, match="workspace"):
+            plan.launches("y", "x", "w", None, B, N, K)
+
+
+def test_gemv_plan_rejects_bad_shapes():
+    with pytest.raises(ValueError, match="multiple of 8"):
+        gemv_plan(1, 64, 60)
+    with pytest.raises(ValueError, match="out must be"):
+        gemv_plan(1, 64, 64, "fp16")
+    assert max_workspace_bytes([1, 64], [(2048, 2048), (768, 2048)]) == gemv_plan(64, 2048, 2048).workspace_bytes
+
+
+M64 = (1 << 64) - 1
+
+
+def mix64(z: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer of ``z + golden``, on uint64 arrays (wrapping), as ``mix64`` in sample.cu."""
+    z = z + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def sample_reference(logits: np.ndarray, seed: int, step: int, temperature: float) -> np.ndarray:
+    """Exact NumPy equivalent of the ``sample`` kernel (fp32 math, same hash, lowest index on ties)."""
+    logits = np.asarray(logits, np.float32)  # [B, V]
+    if not temperature > 0:
+        return ref.argmax(logits)
+    B, V = logits.shape
+    rows = np.arange(B, dtype=np.uint64)
+    key = mix64(np.uint64(seed) ^ mix64((np.uint64(step & 0xFFFFFFFF) << np.uint64(32)) | rows))  # [B]
+    r = mix64(key[:, None] + np.arange(V, dtype=np.uint64)[None, :])  # [B, V]
+    u = ((r >> np.uint64(41)).astype(np.float32) + np.float32(0.5)) * np.float32(2.0 ** -23)
+    score = logits / np.float32(temperature) - np.log(-np.log(u))  # [B, V] fp32
+    return np.argmax(score, axis=1).astype(np.int32)  # first maximum: lowest index on ties
+
+
+def test_hash_matches_splitmix64():
+    # splitmix64 seeded with 0 yields 0xE220A8397B1DCDAF first: mix64 is its output function.
+    with np.errstate(over="ignore"):
+        assert int(mix64(np.array([0], np.uint64))[0]) == 0xE220A8397B1DCDAF
+
+
+# ---------------------------------------------------------------- GPU helpers
+
+def bf16(a) -> np.ndarray:
+    return np.asarray(a, np.float32).astype(BF16)
+
+
+def poisoned(shape, dtype, stream):
+    from rawgraphs.memory import DeviceBuffer
+    buf = DeviceBuffer(shape, dtype)
+    buf.fill_bytes(0xFF, stream)  # NaN in bf16 and fp32: any element left unwritten fails the comparison
+    return buf
+
+
+def upload(host):
+    from rawgraphs.memory import DeviceBuffer
+    return DeviceBuffer.from_numpy(np.ascontiguousarray(host))
+
+
+def launch(module, name, grid, block, stream, shared=0, **args):
+    from rawgraphs.kernel import LaunchShape
+    k = module.kernel(name)
+    k.launch(LaunchShape(grid, block, shared), k.args(**args), stream)
+
+
+def run_gemv(module, y, x, w, B, N, K, out, stream):
+    """Launch the plan for one projection (workspace poisoned too) and return the plan."""
+    plan = gemv_plan(B, N, K, out)
+    ws = poisoned((max(plan.workspace_bytes, 1),), np.uint8, stream) if plan.splits > 1 else None
+    for step in plan.launches(y, x, w, ws, B, N, K):
+        launch(module, step.kernel, step.grid, step.block, stream, step.shared, **step.args)
+    return plan
+
+
+@pytest.fixture(scope="module")
+def mods():
+    from rawgraphs.kernel import Module
+    return {name: Module.from_file(name) for name in FILES}
+
+
+# ---------------------------------------------------------------- GPU: embedding, rmsnorm, silu_mul
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("V,D", [(512, 64), (32000, 2048)])
+def test_embedding(mods, stream, rng, V, D):
+    table = bf16(rng.standard_normal((V, D)))  # [V, D]
+    tokens = rng.integers(0, V, size=37).astype(np.int32)  # [B]
+    tokens[[0, 5, 36]] = -1  # inactive rows
+    tokens[7] = V - 1
+    out = poisoned((37, D), BF16, stream)
+    launch(mods["embedding"], "embedding", (37,), (128,), stream, out=out, tokens=upload(tokens),
+           table=upload(table), V=V, D=D)
+    stream.synchronize()
+    want = ref.embedding(np.maximum(tokens, 0), table)  # [B, D]
+    want[tokens < 0] = 0.0
+    np.testing.assert_array_equal(out.to_numpy().astype(np.float64), want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("B", [1, 3, 37, 256])
+@pytest.mark.parametrize("D", [64, 768, 2048])
+def test_rmsnorm_and_add_rmsnorm(mods, stream, rng, B, D):
+    eps = 1e-5
+    x = bf16(rng.standard_normal((B, D)))  # [B, D]
+    res = bf16(rng.standard_normal((B, D)) * 2.0)  # [B, D]
+    w = bf16(rng.uniform(0.5, 1.5, D))  # [D]
+    out = poisoned((B, D), BF16, stream)
+    launch(mods["rmsnorm"], "rmsnorm", (B,), (256,), stream, out=out, x=upload(x), w=upload(w), eps=eps, D=D)
+    stream.synchronize()
+    np.testing.assert_allclose(out.to_numpy().astype(np.float64), ref.rmsnorm(x, w, eps), rtol=1e-2, atol=1e-2)
+
+    out2, residual = poisoned((B, D), BF16, stream), upload(res)
+    launch(mods["rmsnorm"], "add_rmsnorm", (B,), (256,), stream, out=out2, residual=residual, x=upload(x),
+           w=upload(w), eps=eps, D=D)
+    stream.synchronize()
+    summed = ref.to_bf16(res.astype(np.float64) + x.astype(np.float64))  # [B, D]: fp32 add, one bf16 rounding
+    np.testing.assert_array_equal(residual.to_numpy().astype(np.float64), summed)
+    np.testing.assert_allclose(out2.to_numpy().astype(np.float64), ref.rmsnorm(summed, w, eps),
+                               rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("B", [1, 37, 256])
+@pytest.mark.parametrize("F", [192, 5632])
+def test_silu_mul(mods, stream, rng, B, F):
+    gu = bf16(rng.standard_normal((B, 2 * F)) * 3.0)  # [B, 2F]
+    out = poisoned((B, F), BF16, stream)
+    launch(mods["silu_mul"], "silu_mul", (math.ceil(F / 8 / 256), B), (256,), stream, out=out, gu=upload(gu), F=F)
+    stream.synchronize()
+    np.testing.assert_allclose(out.to_numpy().astype(np.float64), ref.silu_mul(gu), rtol=1e-2, atol=1e-2)
+
+
+# ---------------------------------------------------------------- GPU: gemv
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("N,K", GEMV_SHAPES)
+def test_gemv(mods, stream, rng, N, K):
+    w = bf16(rng.standard_normal((N, K)) / math.sqrt(K))  # [N, K]: outputs O(1)
+    wd = upload(w)
+    for B in BATCHES:
+        x = bf16(rng.standard_normal((B, K)))  # [B, K]
+        xd = upload(x)
+        want = ref.linear(x, w)  # [B, N]
+        res = bf16(rng.standard_normal((B, N)))  # [B, N]
+        outs = {}
+        for out, dtype in (("bf16", BF16), ("f32", np.float32), ("residual", BF16)):
+            runs = []
+            for _ in range(2):
+                y = upload(res) if out == "residual" else poisoned((B, N), dtype, stream)
+                plan = run_gemv(mods["gemv"], y, xd, wd, B, N, K, out, stream)
+                stream.synchronize()
+                runs.append(y.to_numpy())
+            assert runs[0].tobytes() == runs[1].tobytes(), f"B={B} {out} {plan}: not bit-identical"
+            outs[out] = runs[0].astype(np.float64)
+        where = f"B={B} N={N} K={K} plan={gemv_plan(B, N, K)}"
+        np.testing.assert_allclose(outs["bf16"], want, rtol=1e-2, atol=1e-2, err_msg=where)
+        np.testing.assert_allclose(outs["f32"], want, rtol=1e-5, atol=1e-4, err_msg=where)
+        np.testing.assert_allclose(outs["residual"], res.astype(np.float64) + want, rtol=1e-2, atol=1e-2,
+                                   err_msg=where)
+
+
+# ---------------------------------------------------------------- GPU: argmax, sample
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("B,V", [(1, 512), (37, 32000), (256, 32000)])
+def test_argmax(mods, stream, rng, B, V):
+    logits = rng.standard_normal((B, V)).astype(np.float32)  # [B, V]
+    logits[0, [V // 3, V // 2, V - 1]] = 100.0  # a three-way tie: the lowest index wins
+    tokens = poisoned((B,), np.int32, stream)
+    launch(mods["sample"], "argmax", (B,), (1024,), stream, tokens=tokens, logits=upload(logits), V=V)
+    stream.synchronize()
+    got = tokens.to_numpy()
+    assert got[0] == V // 3
+    np.testing.assert_array_equal(got, ref.argmax(logits))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("temperature", [0.0, 0.7, 1.5])
+@pytest.mark.parametrize("B,V", [(3, 512), (37, 32000)])
+def test_sample(mods, stream, rng, B, V, temperature):
+    logits = (rng.standard_normal((B, V)) * 2.0).astype(np.float32)  # [B, V]
+    seed_value, step_value = 0x1234_5678_9ABC_DEF0, 41
+    seed = upload(np.array([seed_value], np.uint64))
+    step = upload(np.array([step_value], np.int32))
+    ld = upload(logits)
+    steps = []
+    for s in range(2):
+        tokens = poisoned((B,), np.int32, stream)
+        launch(mods["sample"], "sample", (B,), (1024,), stream, tokens=tokens, logits=ld, seed=seed, step=step,
+               temperature=temperature, V=V)
+        launch(mods["sample"], "advance_step", (1,), (1,), stream, step=step)
+        stream.synchronize()
+        got = tokens.to_numpy()
+        np.testing.assert_array_equal(got, sample_reference(logits, seed_value, step_value + s, temperature))
+        steps.append(got)
+    assert int(step.to_numpy()[0]) == step_value + 2
+    if temperature > 1.0:
+        assert (steps[0] != steps[1]).any()  # a new step draws new noise
+    if temperature == 0.0:
+        np.testing.assert_array_equal(steps[0], ref.argmax(logits))
