@@ -35,7 +35,7 @@ __device__ __forceinline__ void store_bf16x8(bf16* p, const float f[8]) {
 // 16-byte streaming load that bypasses L1 allocation (weights are read once per launch).
 __device__ __forceinline__ uint4 ldg_stream(const void* p) {
     uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     return v;
 }

@@ -22,8 +22,8 @@ from rawgraphs.model.plans import OUT_MODES, PARTIAL, SMS, gemv_plan, max_worksp
 BF16 = ml_dtypes.bfloat16
 FILES = ["embedding", "rmsnorm", "gemv", "silu_mul", "sample"]
 # (N, K): 1b qkv / o / gate_up / down / lm_head, small qkv / o, a split-K gemv, tiny, ragged (N % 4, K % 64).
-GEMV_SHAPES = [(6144, 2048), (2048, 2048), (11264, 2048), (2048, 5632), (32000, 2048), (2304, 768), (768, 768),
-               (768, 2048), (64, 64), (99, 40)]
+GEMV_SHAPES = [(6144, 2048), (2048, 2048), (11264, 2048), (2048, 5632), (32000, 2048), (2304, 768),
+               (768, 768), (768, 2048), (64, 64), (99, 40)]
 BATCHES = [1, 3, 8, 16, 37, 64, 256]
 
 
@@ -93,7 +93,8 @@ def test_gemv_plan_rejects_bad_shapes():
         gemv_plan(1, 64, 60)
     with pytest.raises(ValueError, match="out must be"):
         gemv_plan(1, 64, 64, "fp16")
-    assert max_workspace_bytes([1, 64], [(2048, 2048), (768, 2048)]) == gemv_plan(64, 2048, 2048).workspace_bytes
+    want = gemv_plan(64, 2048, 2048).workspace_bytes
+    assert max_workspace_bytes([1, 64], [(2048, 2048), (768, 2048)]) == want
 
 
 M64 = (1 << 64) - 1
@@ -195,7 +196,8 @@ def test_rmsnorm_and_add_rmsnorm(mods, stream, rng, B, D):
     out = poisoned((B, D), BF16, stream)
     launch(mods["rmsnorm"], "rmsnorm", (B,), (256,), stream, out=out, x=upload(x), w=upload(w), eps=eps, D=D)
     stream.synchronize()
-    np.testing.assert_allclose(out.to_numpy().astype(np.float64), ref.rmsnorm(x, w, eps), rtol=1e-2, atol=1e-2)
+    np.testing.assert_allclose(out.to_numpy().astype(np.float64), ref.rmsnorm(x, w, eps),
+                               rtol=1e-2, atol=1e-2)
 
     out2, residual = poisoned((B, D), BF16, stream), upload(res)
     launch(mods["rmsnorm"], "add_rmsnorm", (B,), (256,), stream, out=out2, residual=residual, x=upload(x),
@@ -213,7 +215,8 @@ def test_rmsnorm_and_add_rmsnorm(mods, stream, rng, B, D):
 def test_silu_mul(mods, stream, rng, B, F):
     gu = bf16(rng.standard_normal((B, 2 * F)) * 3.0)  # [B, 2F]
     out = poisoned((B, F), BF16, stream)
-    launch(mods["silu_mul"], "silu_mul", (math.ceil(F / 8 / 256), B), (256,), stream, out=out, gu=upload(gu), F=F)
+    launch(mods["silu_mul"], "silu_mul", (math.ceil(F / 8 / 256), B), (256,), stream,
+           out=out, gu=upload(gu), F=F)
     stream.synchronize()
     np.testing.assert_allclose(out.to_numpy().astype(np.float64), ref.silu_mul(gu), rtol=1e-2, atol=1e-2)
 
@@ -274,8 +277,8 @@ def test_sample(mods, stream, rng, B, V, temperature):
     steps = []
     for s in range(2):
         tokens = poisoned((B,), np.int32, stream)
-        launch(mods["sample"], "sample", (B,), (1024,), stream, tokens=tokens, logits=ld, seed=seed, step=step,
-               temperature=temperature, V=V)
+        launch(mods["sample"], "sample", (B,), (1024,), stream, tokens=tokens, logits=ld, seed=seed,
+               step=step, temperature=temperature, V=V)
         launch(mods["sample"], "advance_step", (1,), (1,), stream, step=step)
         stream.synchronize()
         got = tokens.to_numpy()

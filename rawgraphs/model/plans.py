@@ -1,7 +1,7 @@
 """Launch plans for the projection kernels of ``kernels/gemv.cu`` (pure functions: no GPU, no driver).
 
-``gemv_plan(B, N, K, out)`` picks the kernel, grid, block and split-K factor for ``y[B, N] = x[B, K] @ W[N, K]^T``
-on an H200-class GPU (132 SMs):
+``gemv_plan(B, N, K, out)`` picks the kernel, grid, block and split-K factor for
+``y[B, N] = x[B, K] @ W[N, K]^T`` on an H200-class GPU (132 SMs):
 
 - ``B == 1``: ``gemv``, 4 weight rows per 128-thread block, 16-byte streaming loads (44 registers, so many
   blocks and loads are in flight per SM).
@@ -9,11 +9,11 @@ on an H200-class GPU (132 SMs):
   row is read once per launch.
 - ``B > 16``: ``gemm_tc``, 64 x 64 output tiles on tensor cores (mma.sync bf16, fp32 accumulate).
 
-When the grid would leave SMs idle (fewer than ``2 * SMS`` blocks) the K range is split: the main kernel writes
-fp32 partials to a **workspace** ``[splits, B, N]`` (``plan.workspace_bytes``) and ``splitk_reduce`` adds them in
-a fixed order and applies the output (bit-identical run to run; no atomics). The decode step allocates one
-workspace of ``max_workspace_bytes(...)`` over every projection and batch size it launches, and may share it
-between projections (they run one after the other on one stream).
+When the grid would leave SMs idle (fewer than ``2 * SMS`` blocks) the K range is split: the main kernel
+writes fp32 partials to a **workspace** ``[splits, B, N]`` (``plan.workspace_bytes``) and ``splitk_reduce``
+adds them in a fixed order and applies the output (bit-identical run to run; no atomics). The decode step
+allocates one workspace of ``max_workspace_bytes(...)`` over every projection and batch size it launches, and
+may share it between projections (they run one after the other on one stream).
 
 Output modes (``out``): ``"bf16"`` y bf16; ``"residual"`` y bf16 updated in place, ``y += x @ W^T``; ``"f32"``
 y fp32 (logits).
@@ -37,7 +37,7 @@ REDUCE_THREADS = 256
 
 
 class Launch(NamedTuple):
-    """One kernel launch of a plan: kernel name in ``gemv.cu``, grid, block, dynamic shared bytes, arguments."""
+    """One launch of a plan: kernel name in ``gemv.cu``, grid, block, dynamic shared bytes, arguments."""
 
     kernel: str
     grid: tuple[int, int, int]
@@ -112,6 +112,6 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16") -> GemvPlan:
 
 
 def max_workspace_bytes(batch_sizes: Iterable[int], shapes: Iterable[tuple[int, int]]) -> int:
-    """The largest split-K workspace any ``(N, K)`` projection in ``shapes`` needs at any of ``batch_sizes``."""
+    """The largest split-K workspace of any ``(N, K)`` in ``shapes`` at any of ``batch_sizes``."""
     shapes = list(shapes)
     return max((gemv_plan(B, N, K).workspace_bytes for B in batch_sizes for N, K in shapes), default=0)
