@@ -142,8 +142,13 @@ def poisoned(shape, dtype, stream):
 
 
 def upload(host):
+    """A device copy of ``host``, complete before any stream's later work (a pageable cuMemcpyHtoD may return
+    before its DMA lands, and our streams are non-blocking)."""
+    from rawgraphs.context import device
     from rawgraphs.memory import DeviceBuffer
-    return DeviceBuffer.from_numpy(np.ascontiguousarray(host))
+    buf = DeviceBuffer.from_numpy(np.ascontiguousarray(host))
+    device().synchronize()
+    return buf
 
 
 def launch(module, name, grid, block, stream, shared=0, **args):
