@@ -114,7 +114,8 @@ CASES: tuple[Case, ...] = (
          _fork),
     Case("vi", "legacy-stream work", "capture a blocking stream, then launch on Stream.legacy()", _legacy,
          blocking=True),
-    Case("vii", "sync host->device copy", "launch, then out.copy_from(host) (synchronous cuMemcpyHtoD)", _h2d),
+    Case("vii", "sync host->device copy", "launch, then out.copy_from(host) (synchronous cuMemcpyHtoD)",
+         _h2d),
     Case("viii", "query a captured event", "record an event in the capture, then event.query()", _query),
 )
 
@@ -187,9 +188,9 @@ def run_all(cases: tuple[Case, ...] = CASES, seed: int = 0) -> list[dict]:
 
     Row keys: ``case``, ``tried``, ``error`` (CUDA error name, or ``none`` when nothing broke), ``call`` (what
     broke it), ``status`` (``CaptureError.status``), ``invalidated`` (the driver reported the capture
-    ``INVALIDATED`` right after the call), ``stream_ok`` (the capturing stream and the side stream run an eager
-    kernel with the exact result), ``other_graph_ok`` (a graph instantiated before all cases still replays
-    exactly), ``detail`` (why a check failed, else empty).
+    ``INVALIDATED`` right after the call), ``stream_ok`` (the capturing stream and the side stream run an
+    eager kernel with the exact result), ``other_graph_ok`` (a graph instantiated before all cases still
+    replays exactly), ``detail`` (why a check failed, else empty).
     """
     axpb = Module.from_file("basic").kernel("axpb")
     x_host = np.random.default_rng(seed).uniform(0.5, 2.0, N).astype(np.float32)  # [N], never zero
