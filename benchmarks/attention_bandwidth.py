@@ -4,7 +4,7 @@ The 1b config's attention (H=16, hd=128; KVH=16 and a GQA variant KVH=4) at B = 
 context 512 or 4096, launched with the plan for max_seq_len=4096 (the fixed grid one CUDA graph uses). Each
 timed launch is queued behind a ~50 us spin kernel so the GPU never waits for Python, and the KV pool is
 rotated over copies that together exceed the 60 MB L2 (cold reads, as in decode). Median of CUDA-event times
-(attention + combine); GB/s of K+V bytes read and the ratio to the measured 4270 GB/s copy bandwidth. Last rows:
+(attention alone, and attention + combine); GB/s of K+V bytes read and the ratio to the measured 4270 GB/s copy bandwidth. Last rows:
 B=48 with 11 inactive rows next to B=37 (inactive rows must cost next to nothing).
 
 Usage: PYTHONPATH=. python3 benchmarks/attention_bandwidth.py [--out results.json] [--reps 50]
@@ -36,9 +36,11 @@ SPIN = """extern "C" __global__ void spin(long long cycles) {
 }"""
 
 
-def time_case(mods, stream, kvh: int, batch: int, ctx: int, active: int, reps: int) -> dict:
-    """Median time of attention (+ combine) for ``batch`` rows, the first ``active`` of them at context ``ctx``."""
-    plan = attention_plan(H, kvh, HD, batch, MAX_SEQ)
+def time_case(mods, stream, kvh: int, batch: int, ctx: int, active: int, reps: int,
+              g: int | None = None) -> dict:
+    """Median time of attention (+ combine) for ``batch`` rows, the first ``active`` of them at context ``ctx``
+    (``g`` forces the query heads per block)."""
+    plan = attention_plan(H, kvh, HD, batch, MAX_SEQ, heads_per_block=g)
     max_blocks = MAX_SEQ // 16
     used = active * math.ceil(ctx / 16)  # blocks read per launch
     block_bytes = kvh * 16 * HD * 2  # one cache's block, bf16
@@ -65,27 +67,29 @@ def time_case(mods, stream, kvh: int, batch: int, ctx: int, active: int, reps: i
     spin_args = spin.args(cycles=100_000)  # ~50 us at ~1.98 GHz: covers the Python launches behind it
     attn_args = [attn.args(out=out, part_o=part_o, part_ml=part_ml, q=q, k_cache=k_cache, v_cache=v_cache,
                            block_tables=t, positions=positions, max_blocks=max_blocks, n_heads=H, n_kv_heads=kvh,
-                           heads_per_block=plan.heads_per_block, partition=plan.partition,
-                           max_splits=plan.max_splits, scale=plan.scale) for t in tables]
+                           partition=plan.partition, max_splits=plan.max_splits, scale=plan.scale)
+                 for t in tables]
     comb_args = comb.args(out=out, part_o=part_o, part_ml=part_ml, positions=positions, max_blocks=max_blocks,
                           n_heads=H, head_dim=HD, partition=plan.partition, max_splits=plan.max_splits)
-    start, end = Event.create(), Event.create()
-    times = []
+    start, mid, end = Event.create(), Event.create(), Event.create()
+    times, attn_times = [], []
     for i in range(reps + 5):
         spin.launch(LaunchShape(grid=(1,), block=(32,)), spin_args, stream)
         start.record(stream)
         attn.launch(plan.attention, attn_args[i % copies], stream)
+        mid.record(stream)
         if plan.combine:
             comb.launch(plan.combine_shape, comb_args, stream)
         end.record(stream)
         end.synchronize()
         if i >= 5:  # warm-up
             times.append(start.elapsed_ms(end) * 1e3)
+            attn_times.append(start.elapsed_ms(mid) * 1e3)
     us = float(np.median(times))
     gbs = kv_bytes / us / 1e3
-    return {"kvh": kvh, "batch": batch, "active": active, "ctx": ctx, "partition": plan.partition,
+    return {"kvh": kvh, "g": plan.heads_per_block, "batch": batch, "active": active, "ctx": ctx, "partition": plan.partition,
             "splits": plan.max_splits, "grid": list(plan.attention.grid), "kv_mb": kv_bytes / 2**20,
-            "median_us": us, "gbs": gbs, "ratio": gbs / HBM_GBS}
+            "median_us": us, "attention_us": float(np.median(attn_times)), "gbs": gbs, "ratio": gbs / HBM_GBS}
 
 
 def main() -> None:
@@ -96,7 +100,8 @@ def main() -> None:
     dev = device()
     mods = {"attention": Module.from_file("attention"), "spin": Module.from_source(SPIN, "spin.cu")}
     attrs = {n: mods["attention"].kernel(n).attributes()
-             for n in ("attention_hd16", "attention_hd64", "attention_hd128", "attention_combine")}
+             for n in ("attention_hd128_g1", "attention_hd128_g4", "attention_hd64_g1", "attention_hd16_g2",
+                       "attention_combine")}
     rows = []
     with Stream.create() as stream:
         for kvh in (16, 4):
@@ -105,15 +110,21 @@ def main() -> None:
                     rows.append(time_case(mods, stream, kvh, batch, ctx, batch, a.reps))
         for batch, active in ((37, 37), (48, 37)):
             rows.append(time_case(mods, stream, 16, batch, 4096, active, a.reps))
+        for batch in (8, 64):  # GQA with fewer heads per block (K/V read G/g times, the later reads from L2)
+            for g in (2, 1):
+                rows.append(time_case(mods, stream, 4, batch, 4096, batch, a.reps, g))
 
-    print(f"{dev.name}  attention_hd128 {attrs['attention_hd128']}  H={H} hd={HD} plan max_seq_len={MAX_SEQ}")
-    print(f"{'KVH':>4} {'B':>3} {'act':>3} {'ctx':>5} {'part':>4} {'spl':>3} {'KV MB':>8} {'us':>8} "
-          f"{'GB/s':>7} {'/4270':>6}")
+    print(f"{dev.name}  H={H} hd={HD} plan max_seq_len={MAX_SEQ}  registers: "
+          + ", ".join(f"{n} {a['registers']} (spill {a['local_bytes']} B)" for n, a in attrs.items()))
+    print(f"{'KVH':>4} {'G':>2} {'B':>3} {'act':>3} {'ctx':>5} {'part':>4} {'spl':>3} {'KV MB':>8} {'attn us':>8} "
+          f"{'total us':>8} {'GB/s':>7} {'/4270':>6}")
     for r in rows:
-        print(f"{r['kvh']:>4} {r['batch']:>3} {r['active']:>3} {r['ctx']:>5} {r['partition']:>4} {r['splits']:>3} "
-              f"{r['kv_mb']:>8.1f} {r['median_us']:>8.2f} {r['gbs']:>7.0f} {r['ratio']:>6.2f}")
+        print(f"{r['kvh']:>4} {r['g']:>2} {r['batch']:>3} {r['active']:>3} {r['ctx']:>5} {r['partition']:>4} "
+              f"{r['splits']:>3} {r['kv_mb']:>8.1f} {r['attention_us']:>8.2f} {r['median_us']:>8.2f} "
+              f"{r['gbs']:>7.0f} {r['ratio']:>6.2f}")
     try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], check=False, capture_output=True, text=True).stdout.strip()
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], check=False, capture_output=True,
+                             text=True).stdout.strip()
     except OSError:
         rev = ""
     meta = {"device": dev.name, "driver": driver_version(), "numpy": np.__version__,

@@ -4,11 +4,12 @@
 //   ctx = positions[b] + 1; token t of row b lives in block block_tables[b, t / 16], slot t % 16;
 //   kv(h) = h / (H / KVH). Rows with positions[b] < 0 read no KV and write zeros.
 //
-// attention_hd{16,64,128}: one entry point per head dim (the head dim is a template parameter inside).
-//   grid  = (B, H / heads_per_block, max_splits), block = (128) = 4 warps, no dynamic shared memory.
-//   Block (b, y, s) serves query heads [y*G, y*G + G) (G = heads_per_block, 1..4, all of one KV head, so the
-//   group's K/V is read once) over tokens [s*partition, (s+1)*partition) of row b; a block whose partition
-//   starts at or past ctx exits at once, so the grid is fixed for the maximum context and one CUDA graph
+// attention_hd{16,64,128}_g{1,2,4}: one entry point per head dim hd and query heads per block G (both template
+//   parameters inside, so each variant holds only the registers it needs).
+//   grid  = (B, H / G, max_splits), block = (128) = 4 warps, no dynamic shared memory.
+//   Block (b, y, s) serves query heads [y*G, y*G + G) (G divides H/KVH: all of one KV head's group, or an
+//   equal share of it, so the group's K/V is read once per block) over tokens [s*partition, (s+1)*partition)
+//   of row b; a block whose partition starts at or past ctx exits at once, so the grid is fixed for the maximum context and one CUDA graph
 //   serves every length. Warps take 16-token pages in turn; each lane issues hd/16 16-byte loads of K and
 //   of V per page (a page of one KV head is one contiguous 16*hd*2-byte run), runs an online softmax in the
 //   log2 domain (fp32), and the 4 warps merge through shared memory in a fixed order.
@@ -24,11 +25,13 @@
 //     v_cache      [num_blocks, KVH, 16, hd]      bf16
 //     block_tables [B, max_blocks]                int32
 //     positions    [B]                            int32
-//     max_blocks   row stride of block_tables; n_heads H, n_kv_heads KVH; heads_per_block G (divides H/KVH,
-//     1..4); partition (tokens per split, a multiple of 64, at most 2048); max_splits (== gridDim.z); scale (1/sqrt(hd)).
+//     max_blocks   row stride of block_tables; n_heads H, n_kv_heads KVH; partition (tokens per split, a
+//     multiple of 64, at most 2048); max_splits (== gridDim.z); scale (1/sqrt(hd)).
 //
-// attention_combine: merges the partials of the splits that hold tokens, in split order (deterministic).
-//   grid = (B, H), block = (128). Inactive rows write zeros.
+// attention_combine: merges the partials of the splits that hold tokens in a fixed order (deterministic); the
+//   split loads are issued in parallel, not as a chain (a chain of n L2 round trips dominated short contexts).
+//   grid = (B, H), block = (256), dynamic shared memory = (2 * max_splits + 256) * 4 bytes. Inactive rows
+//   write zeros. Requires head_dim <= 256.
 //   Arguments: out [B, H*hd] bf16; part_o, part_ml as above; positions [B] int32; max_blocks; n_heads;
 //   head_dim; partition; max_splits.
 
@@ -36,7 +39,7 @@
 
 #define ATTN_PAGE 16     // tokens per KV-cache block
 #define ATTN_WARPS 4
-#define ATTN_MAX_G 4     // query heads per block (register-resident accumulators)
+#define ATTN_COMBINE_THREADS 256
 #define LOG2E 1.4426950408889634f
 #define ATTN_NEG_INF (-__int_as_float(0x7f800000))
 
@@ -70,6 +73,16 @@ __device__ __forceinline__ void attention_block(
     const int b = blockIdx.x, h0 = blockIdx.y * G, split = blockIdx.z;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int c = lane % C, tg = lane / C;
+    // q first (its load need not wait for positions): this lane's 8 dims of each query head, pre-scaled into
+    // the log2 domain.
+    float qr[G][8];
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        const uint4 u = *reinterpret_cast<const uint4*>(q + ((long long)b * n_heads + h0 + g) * HD + c * 8);
+        bf16x8_to_float(u, qr[g]);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) qr[g][k] *= scale * LOG2E;
+    }
     const int pos = positions[b];
     const int ctx = attn_ctx(pos, max_blocks, partition, max_splits);
     const int t0 = split * partition;
@@ -83,14 +96,6 @@ __device__ __forceinline__ void attention_block(
     const int t1 = min(t0 + partition, ctx);
     const int kh = h0 / (n_heads / n_kv_heads);
 
-    float qr[G][8];  // this lane's 8 dims of each query head, pre-scaled into the log2 domain
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-        const uint4 u = *reinterpret_cast<const uint4*>(q + ((long long)b * n_heads + h0 + g) * HD + c * 8);
-        bf16x8_to_float(u, qr[g]);
-#pragma unroll
-        for (int k = 0; k < 8; ++k) qr[g][k] *= scale * LOG2E;
-    }
     float m[G], l[G], acc[G][8];
 #pragma unroll
     for (int g = 0; g < G; ++g) {
@@ -217,59 +222,105 @@ __device__ __forceinline__ void attention_block(
     }
 }
 
-template <int HD>
-__device__ __forceinline__ void attention_dispatch(
-        __nv_bfloat16* out, float* part_o, float* part_ml, const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
-        const __nv_bfloat16* v_cache, const int* block_tables, const int* positions, int max_blocks, int n_heads,
-        int n_kv_heads, int heads_per_block, int partition, int max_splits, float scale) {
-#define ATTN_CASE(G_)                                                                                        \
-    case G_:                                                                                                 \
-        attention_block<HD, G_>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions,          \
-                                max_blocks, n_heads, n_kv_heads, partition, max_splits, scale);              \
-        break;
-    switch (heads_per_block) {
-        ATTN_CASE(1)
-        ATTN_CASE(2)
-        ATTN_CASE(3)
-        ATTN_CASE(4)
-    }
-#undef ATTN_CASE
+// One entry point per (head dim, query heads per block): each gets only the registers its G needs.
+extern "C" __global__ void __launch_bounds__(128)
+attention_hd16_g1(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+                  const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
+                  const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
+                  const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads, int partition,
+                  int max_splits, float scale) {
+    attention_block<16, 1>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
+                           n_heads, n_kv_heads, partition, max_splits, scale);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
-attention_hd16(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-               const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
-               const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
-               const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads, int heads_per_block,
-               int partition, int max_splits, float scale) {
-    attention_dispatch<16>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks, n_heads,
-                           n_kv_heads, heads_per_block, partition, max_splits, scale);
+attention_hd16_g2(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+                  const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
+                  const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
+                  const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads, int partition,
+                  int max_splits, float scale) {
+    attention_block<16, 2>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
+                           n_heads, n_kv_heads, partition, max_splits, scale);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
-attention_hd64(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-               const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
-               const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
-               const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads, int heads_per_block,
-               int partition, int max_splits, float scale) {
-    attention_dispatch<64>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks, n_heads,
-                           n_kv_heads, heads_per_block, partition, max_splits, scale);
+attention_hd16_g4(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+                  const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
+                  const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
+                  const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads, int partition,
+                  int max_splits, float scale) {
+    attention_block<16, 4>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
+                           n_heads, n_kv_heads, partition, max_splits, scale);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
-attention_hd128(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-                const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
-                const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
-                const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads, int heads_per_block,
-                int partition, int max_splits, float scale) {
-    attention_dispatch<128>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks, n_heads,
-                           n_kv_heads, heads_per_block, partition, max_splits, scale);
+attention_hd64_g1(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+                  const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
+                  const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
+                  const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads, int partition,
+                  int max_splits, float scale) {
+    attention_block<64, 1>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
+                           n_heads, n_kv_heads, partition, max_splits, scale);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
+attention_hd64_g2(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+                  const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
+                  const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
+                  const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads, int partition,
+                  int max_splits, float scale) {
+    attention_block<64, 2>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
+                           n_heads, n_kv_heads, partition, max_splits, scale);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+attention_hd64_g4(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+                  const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
+                  const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
+                  const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads, int partition,
+                  int max_splits, float scale) {
+    attention_block<64, 4>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
+                           n_heads, n_kv_heads, partition, max_splits, scale);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+attention_hd128_g1(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+                   const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
+                   const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
+                   const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads, int partition,
+                   int max_splits, float scale) {
+    attention_block<128, 1>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
+                            n_heads, n_kv_heads, partition, max_splits, scale);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+attention_hd128_g2(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+                   const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
+                   const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
+                   const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads, int partition,
+                   int max_splits, float scale) {
+    attention_block<128, 2>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
+                            n_heads, n_kv_heads, partition, max_splits, scale);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+attention_hd128_g4(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+                   const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
+                   const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
+                   const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads, int partition,
+                   int max_splits, float scale) {
+    attention_block<128, 4>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
+                            n_heads, n_kv_heads, partition, max_splits, scale);
+}
+
+extern "C" __global__ void __launch_bounds__(ATTN_COMBINE_THREADS)
 attention_combine(__nv_bfloat16* __restrict__ out, const float* __restrict__ part_o,
                   const float* __restrict__ part_ml, const int* __restrict__ positions, int max_blocks,
                   int n_heads, int head_dim, int partition, int max_splits) {
+    extern __shared__ float sm[];
+    float* m_s = sm;                   // [max_splits] split maxima (log2 domain)
+    float* w_s = sm + max_splits;      // [max_splits] split sums, then weights exp2(m_s - max)
+    float* red = sm + 2 * max_splits;  // [ATTN_COMBINE_THREADS] per-group partial outputs
     const int b = blockIdx.x, h = blockIdx.y;
     const long long bh = (long long)b * n_heads + h;
     const int ctx = attn_ctx(positions[b], max_blocks, partition, max_splits);
@@ -279,14 +330,32 @@ attention_combine(__nv_bfloat16* __restrict__ out, const float* __restrict__ par
     }
     const int n = (ctx + partition - 1) / partition;  // splits that hold tokens (all others were skipped)
     const float* ml = part_ml + bh * max_splits * 2;
-    float mm = ATTN_NEG_INF;
-    for (int s = 0; s < n; ++s) mm = fmaxf(mm, ml[2 * s]);
-    float ll = 0.f;
-    for (int s = 0; s < n; ++s) ll = fmaf(ml[2 * s + 1], exp2f(ml[2 * s] - mm), ll);
-    const float inv = 1.f / ll;
-    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-        float oo = 0.f;
-        for (int s = 0; s < n; ++s) oo = fmaf(part_o[(bh * max_splits + s) * head_dim + d], exp2f(ml[2 * s] - mm), oo);
-        out[bh * head_dim + d] = __float2bfloat16(oo * inv);
+    for (int s = threadIdx.x; s < n; s += blockDim.x) {  // all loads in flight at once
+        m_s[s] = ml[2 * s];
+        w_s[s] = ml[2 * s + 1];
+    }
+    __syncthreads();
+    float mm = m_s[0];
+    for (int s = 1; s < n; ++s) mm = fmaxf(mm, m_s[s]);
+    float ll = 0.f;  // every thread sums in the same order: the same value everywhere, run to run
+    for (int s = 0; s < n; ++s) ll = fmaf(w_s[s], exp2f(m_s[s] - mm), ll);
+    __syncthreads();
+    for (int s = threadIdx.x; s < n; s += blockDim.x) w_s[s] = exp2f(m_s[s] - mm);
+    __syncthreads();
+
+    // Thread (group gi, dim d) sums splits gi, gi + groups, ...; groups are then added in a fixed order.
+    const int groups = blockDim.x / head_dim, gi = threadIdx.x / head_dim, d = threadIdx.x % head_dim;
+    float oo = 0.f;
+    if (gi < groups) {
+        const float* po = part_o + bh * max_splits * head_dim + d;
+#pragma unroll 8
+        for (int s = gi; s < n; s += groups) oo = fmaf(po[(long long)s * head_dim], w_s[s], oo);
+    }
+    red[threadIdx.x] = oo;
+    __syncthreads();
+    if (threadIdx.x < head_dim) {
+        float o = 0.f;
+        for (int g = 0; g < groups; ++g) o += red[g * head_dim + threadIdx.x];
+        out[bh * head_dim + threadIdx.x] = __float2bfloat16(o / ll);
     }
 }

@@ -27,20 +27,24 @@ def test_compiles(name, arch):
 
 def test_signatures():
     sigs = parse_signatures((kernel_dir() / "attention.cu").read_text())
-    assert set(sigs) == {"attention_hd16", "attention_hd64", "attention_hd128", "attention_combine"}
-    assert sigs["attention_hd128"].names == (
-        "out", "part_o", "part_ml", "q", "k_cache", "v_cache", "block_tables", "positions", "max_blocks",
-        "n_heads", "n_kv_heads", "heads_per_block", "partition", "max_splits", "scale")
+    assert set(sigs) == {f"attention_hd{hd}_g{g}" for hd in (16, 64, 128) for g in (1, 2, 4)} | {
+        "attention_combine"}
+    for name, sig in sigs.items():
+        if name != "attention_combine":
+            assert sig.names == ("out", "part_o", "part_ml", "q", "k_cache", "v_cache", "block_tables",
+                                 "positions", "max_blocks", "n_heads", "n_kv_heads", "partition", "max_splits",
+                                 "scale")
     rope = parse_signatures((kernel_dir() / "rope_append.cu").read_text())["rope_append"]
     assert rope.names[-1] == "theta" and rope.params[-1].type == "f32"
 
 
 def test_plan_shapes():
     p = attention_plan(16, 16, 128, batch=1, max_seq_len=4096)
-    assert p.kernel == "attention_hd128" and p.heads_per_block == 1
+    assert p.kernel == "attention_hd128_g1" and p.heads_per_block == 1
     assert p.attention.grid == (1, 16, 4096 // p.partition) and p.combine
     assert p.part_o_shape == (1, 16, p.max_splits, 128) and p.part_ml_shape == (1, 16, p.max_splits, 2)
     assert p.workspace_bytes == 4 * (16 * p.max_splits * 130)
+    assert p.combine_shape.grid == (1, 16, 1) and p.combine_shape.shared == 4 * (2 * p.max_splits + 256)
     assert 1 * 16 * p.max_splits >= 2 * 132  # short batches still fill the GPU
     big = attention_plan(16, 16, 128, batch=64, max_seq_len=4096)
     assert big.partition == 512 and big.max_splits == 8
@@ -49,10 +53,11 @@ def test_plan_shapes():
     assert single.combine_shape is None and single.attention.grid == (128, 4, 1)
 
 
-@pytest.mark.parametrize("h, kvh, g", [(16, 4, 4), (16, 2, 4), (6, 2, 3), (16, 16, 1), (14, 2, 1), (8, 4, 2)])
+@pytest.mark.parametrize("h, kvh, g", [(16, 4, 4), (16, 2, 4), (6, 2, 1), (16, 16, 1), (14, 2, 1), (8, 4, 2),
+                                       (12, 2, 2)])
 def test_plan_heads_per_block(h, kvh, g):
     p = attention_plan(h, kvh, 64, batch=2, max_seq_len=256)
-    assert p.heads_per_block == g and p.attention.grid[1] == h // g
+    assert p.heads_per_block == g and p.attention.grid[1] == h // g and p.kernel == f"attention_hd64_g{g}"
     assert (h // kvh) % g == 0  # a block never straddles two KV heads
 
 
@@ -61,6 +66,8 @@ def test_plan_rejects():
         attention_plan(16, 16, 96, batch=1, max_seq_len=128)
     with pytest.raises(ValueError, match="multiple of n_kv_heads"):
         attention_plan(16, 3, 64, batch=1, max_seq_len=128)
+    with pytest.raises(ValueError, match="heads_per_block"):
+        attention_plan(16, 8, 64, batch=1, max_seq_len=128, heads_per_block=4)
     with pytest.raises(ValueError, match="partition"):
         attention_plan(16, 16, 64, batch=1, max_seq_len=128, partition=100)
 
@@ -112,8 +119,8 @@ def run_attention(mod, stream, q, k_cache, v_cache, tables, positions, plan):
     bufs = {n: DeviceBuffer.from_numpy(np.ascontiguousarray(a)) for n, a in host.items()}
     k = mod.kernel(plan.kernel)
     k.launch(plan.attention, k.args(out=out, part_o=part_o, part_ml=part_ml, **bufs, max_blocks=tables.shape[1],
-                                    n_heads=n_heads, n_kv_heads=kvh, heads_per_block=plan.heads_per_block,
-                                    partition=plan.partition, max_splits=plan.max_splits, scale=plan.scale),
+                                    n_heads=n_heads, n_kv_heads=kvh, partition=plan.partition,
+                                    max_splits=plan.max_splits, scale=plan.scale),
              stream)
     if plan.combine:
         c = mod.kernel("attention_combine")
@@ -136,7 +143,11 @@ ATTN_CASES = [
     (8, 16, 16, 128, 512, [512, 1, 33, 0, 255, 256, 257, 48], 512),  # single pass, no combine
     (37, 4, 2, 16, 256, "random", None),  # tiny
     (37, 4, 2, 16, 256, "random", 256),  # tiny, single pass
-    (3, 6, 2, 64, 300, [300, 299, 64], None),  # G = 3
+    (3, 6, 2, 64, 300, [300, 299, 64], None),  # group of 3: one head per block
+    (5, 12, 2, 64, 1000, [1000, 999, 1, 0, 640], None),  # group of 6: two heads per block
+    (2, 8, 4, 128, 2048, [2048, 77], None),  # hd128, G = 2
+    (4, 4, 4, 16, 256, [256, 1, 0, 100], None),  # hd16, G = 1
+    (2, 8, 2, 16, 128, [128, 31], None),  # hd16, G = 4
     (3, 16, 2, 128, 700, [700, 129, 1], None),  # G = 8: two blocks per KV head
 ]
 

@@ -5,9 +5,9 @@ The decode step launches, per layer (see ``kernels/rope_append.cu`` and ``kernel
     plan = attention_plan(cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, batch, cfg.max_seq_len)
     rope_append(q_out, k_cache, v_cache, qkv, positions, block_tables, max_blocks,
                 n_heads, n_kv_heads, head_dim, theta)                      # plan.rope
-    attention_hd<hd>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
-                     n_heads, n_kv_heads, plan.heads_per_block, plan.partition, plan.max_splits,
-                     plan.scale)                                          # plan.attention, plan.kernel
+    attention_hd<hd>_g<G>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
+                          n_heads, n_kv_heads, plan.partition, plan.max_splits, plan.scale)
+                                                                          # plan.attention, name plan.kernel
     if plan.combine:
         attention_combine(out, part_o, part_ml, positions, max_blocks, n_heads, head_dim,
                           plan.partition, plan.max_splits)                # plan.combine_shape
@@ -23,12 +23,13 @@ import math
 from dataclasses import dataclass
 
 from ..kernel import LaunchShape
+from .blocks import BLOCK_SIZE
 
 __all__ = ["BLOCK_SIZE", "HEAD_DIMS", "AttentionPlan", "attention_plan", "attention_plan_for"]
 
-HEAD_DIMS = (16, 64, 128)  # head dims with an attention_hd<hd> entry point
-BLOCK_SIZE = 16  # tokens per KV-cache block
-_MAX_HEADS_PER_BLOCK = 4  # register-resident accumulators in attention.cu
+HEAD_DIMS = (16, 64, 128)  # head dims with attention_hd<hd>_g<G> entry points
+_HEADS_PER_BLOCK = (4, 2, 1)  # G of the entry points (register-resident accumulators), largest first
+_COMBINE_THREADS = 256  # attention_combine's block (ATTN_COMBINE_THREADS)
 _PARTITIONS = (512, 256, 128, 64)  # tokens per split, largest first (a multiple of 4 warps * 16 tokens)
 
 
@@ -38,8 +39,9 @@ class AttentionPlan:
 
     Attributes
     ----------
-    kernel : the attention entry point, ``"attention_hd<hd>"``.
-    heads_per_block : query heads served by one block (all of one KV head's group, or an equal share of it).
+    kernel : the attention entry point, ``"attention_hd<hd>_g<G>"``.
+    heads_per_block : G, query heads served by one block (all of one KV head's group, or an equal share of it;
+        4, 2 or 1).
     partition : tokens per split; max_splits = ceil(max_seq_len / partition).
     combine : whether attention_combine must run (max_splits > 1); otherwise attention writes ``out`` itself.
     part_o_shape, part_ml_shape : fp32 workspace shapes ``[B, H, max_splits, hd]`` and ``[B, H, max_splits, 2]``.
@@ -69,13 +71,15 @@ class AttentionPlan:
 
 
 def attention_plan(n_heads: int, n_kv_heads: int, head_dim: int, batch: int, max_seq_len: int, *,
-                   num_sms: int = 132, partition: int | None = None) -> AttentionPlan:
+                   num_sms: int = 132, partition: int | None = None,
+                   heads_per_block: int | None = None) -> AttentionPlan:
     """Plan the attention kernels for ``batch`` rows and contexts up to ``max_seq_len`` tokens.
 
     The partition (tokens per split) is the largest of 512/256/128/64 that still gives at least two blocks per
     SM at the maximum context (``num_sms``: 132 on the H200), so short batches spread over the GPU; a
     ``max_seq_len`` that fits one partition runs as a single pass with no combine. ``partition`` forces a value
-    (a multiple of 64 up to 2048), e.g. to test the split path with short contexts.
+    (a multiple of 64 up to 2048), e.g. to test the split path with short contexts. ``heads_per_block`` forces
+    G (4, 2 or 1, dividing H/KVH; default: the largest that divides), e.g. to compare variants.
     """
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head_dim {head_dim} has no attention kernel (one of {HEAD_DIMS})")
@@ -84,7 +88,9 @@ def attention_plan(n_heads: int, n_kv_heads: int, head_dim: int, batch: int, max
     if batch < 1 or max_seq_len < 1:
         raise ValueError(f"batch ({batch}) and max_seq_len ({max_seq_len}) must be >= 1")
     group = n_heads // n_kv_heads
-    g = max(d for d in range(1, _MAX_HEADS_PER_BLOCK + 1) if group % d == 0)
+    g = next(d for d in _HEADS_PER_BLOCK if group % d == 0) if heads_per_block is None else heads_per_block
+    if g not in _HEADS_PER_BLOCK or group % g:
+        raise ValueError(f"heads_per_block {g} must be one of {_HEADS_PER_BLOCK} and divide H/KVH = {group}")
     y = n_heads // g
     if partition is None:
         partition = next((p for p in _PARTITIONS if batch * y * math.ceil(max_seq_len / p) >= 2 * num_sms),
@@ -93,10 +99,11 @@ def attention_plan(n_heads: int, n_kv_heads: int, head_dim: int, batch: int, max
         raise ValueError(f"partition {partition} must be a multiple of 64 in [64, 2048]")
     splits = math.ceil(max_seq_len / partition)
     return AttentionPlan(
-        kernel=f"attention_hd{head_dim}",
+        kernel=f"attention_hd{head_dim}_g{g}",
         rope=LaunchShape(grid=(batch,), block=(256,)),
         attention=LaunchShape(grid=(batch, y, splits), block=(128,)),
-        combine_shape=LaunchShape(grid=(batch, n_heads), block=(128,)) if splits > 1 else None,
+        combine_shape=LaunchShape(grid=(batch, n_heads), block=(_COMBINE_THREADS,),
+                                  shared=4 * (2 * splits + _COMBINE_THREADS)) if splits > 1 else None,
         heads_per_block=g,
         partition=partition,
         max_splits=splits,
