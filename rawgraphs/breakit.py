@@ -129,15 +129,16 @@ def plan() -> str:
     return "\n".join(lines)
 
 
-def _works(run: Callable[[], None], out: DeviceBuffer, want: np.ndarray) -> tuple[bool, str]:
-    """Poison ``out``, ``run()`` (launch + synchronize) and compare exactly; never raises."""
+def _works(run: Callable[[], None], out: DeviceBuffer, want: np.ndarray,
+           stream: Stream) -> tuple[bool, str]:
+    """Poison ``out`` on ``stream``, ``run()`` (launch there, synchronize), compare exactly; never raises."""
     try:
-        out.fill_bytes(0xFF)  # NaN everywhere
+        out.fill_bytes(0xFF, stream)  # NaN everywhere, ordered before the launch on a non-blocking stream
         run()
         if not np.array_equal(out.to_numpy(), want):
             return False, "wrong result"
         return True, ""
-    except Exception as e:  # report, do not crash: the point is to learn what still works
+    except Exception as e:  # noqa: BLE001  (report, do not crash: the point is to learn what still works)
         return False, f"{type(e).__name__}: {e}".splitlines()[0]
 
 
@@ -150,7 +151,7 @@ def _stream_works(ctx: _Ctx, stream: Stream, want: np.ndarray) -> tuple[bool, st
         ctx.axpb.launch(SHAPE, ctx.axpb.args(out=ctx.out, x=ctx.x, a=A, b=B, n=N), stream)
         stream.synchronize()
 
-    return _works(run, ctx.out, want)
+    return _works(run, ctx.out, want, stream)
 
 
 def _run_case(case: Case, axpb: Kernel, x: DeviceBuffer, out: DeviceBuffer, want: np.ndarray,
@@ -167,7 +168,7 @@ def _run_case(case: Case, axpb: Kernel, x: DeviceBuffer, out: DeviceBuffer, want
                     after = capture_status(ctx.stream)  # the driver's view right after the forbidden call
         except CaptureError as e:
             error, call, status = e.name, e.call, e.status
-        except Exception as e:  # not what a broken capture should raise: show it as it is
+        except Exception as e:  # noqa: BLE001  (not what a broken capture should raise: show it as it is)
             error, call = f"{type(e).__name__}: {e}".splitlines()[0], None
             status = capture_status(ctx.stream)
         else:
@@ -206,7 +207,7 @@ def run_all(cases: tuple[Case, ...] = CASES, seed: int = 0) -> list[dict]:
         def run() -> None:
             exe.launch(home)
             home.synchronize()
-        return _works(run, other_out, want)
+        return _works(run, other_out, want, home)
 
     try:
         ok, why = other()

@@ -29,7 +29,7 @@ def test_every_case_breaks_loudly_and_leaves_everything_usable():
         assert r["error"].startswith("CUDA_ERROR_"), r
         assert r["stream_ok"] and r["other_graph_ok"], r
         assert breakit.healthy(r)
-    by_key = {c.key: r for c, r in zip(breakit.CASES, rows)}
+    by_key = {c.key: r for c, r in zip(breakit.CASES, rows, strict=True)}
     assert by_key["v"]["error"] == "CUDA_ERROR_STREAM_CAPTURE_UNJOINED"
     assert by_key["vi"]["error"] == "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT"
     assert by_key["iv"]["invalidated"] and by_key["ii"]["invalidated"]
