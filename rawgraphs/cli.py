@@ -10,7 +10,8 @@ from importlib import metadata
 from .compiler import compile_file, kernel_files, nvrtc_version
 from .context import device, driver_version, gpu_available
 from .errors import NoDriverError
-from .kernel import parse_signatures
+from .bench.report import format_table
+from .kernel import Module, parse_signatures
 
 NO_GPU = "No NVIDIA GPU or driver found on this machine: running only what needs no GPU."
 
@@ -50,33 +51,31 @@ def cmd_compile(args) -> int:
     arch = args.arch or (device().arch if gpu else "sm_90")
     if not gpu:
         print(NO_GPU + f" Compiling for {arch}.")
-    header = ["file", "kernel", "arch", "cubin bytes", "compile ms", "cached"]
-    if gpu and arch == device().arch:
-        header += ["regs", "spill bytes", "static smem"]
+    columns = ["file", "kernel", "arch", "cubin bytes", "compile ms", "cached"]
+    with_attrs = gpu and arch == device().arch
+    if with_attrs:
+        columns += ["regs", "spill bytes", "static smem"]
     rows = []
     for path in kernel_files():
         prog = compile_file(path, arch=arch, use_cache=not args.no_cache)
-        module = None
-        if len(header) > 6:
-            from .kernel import Module
-            module = Module(prog, parse_signatures(path.read_text()))
-        for name in sorted(parse_signatures(path.read_text())):
-            row = [path.name, name, arch, str(len(prog.cubin)), f"{prog.compile_ms:.1f}", "yes" if prog.cache_hit
-                   else "no"]
+        sigs = parse_signatures(path.read_text())
+        module = Module(prog, sigs) if with_attrs else None
+        for name in sorted(sigs):
+            row = {"file": path.name, "kernel": name, "arch": arch, "cubin bytes": len(prog.cubin),
+                   "compile ms": prog.compile_ms, "cached": prog.cache_hit}
             if module is not None:
                 a = module.kernel(name).attributes()
-                row += [str(a["registers"]), str(a["local_bytes"]), str(a["shared_bytes"])]
+                row.update({"regs": a["registers"], "spill bytes": a["local_bytes"],
+                            "static smem": a["shared_bytes"]})
             rows.append(row)
-    _print_table(header, rows)
+    print(format_table(rows, columns))
     return 0
 
 
-def _print_table(header: list[str], rows: list[list[str]]) -> None:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-    print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
-    print("  ".join("-" * w for w in widths))
-    for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+def cmd_demo(args) -> int:
+    """Decode eagerly, by capture and by explicit graph; compare; print costs (or the plan, with no GPU)."""
+    from .demo import run
+    return run(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,6 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--arch", help="target, e.g. sm_90 (default: the device's, or sm_90 without a GPU)")
     c.add_argument("--no-cache", action="store_true", help="ignore the on-disk cubin cache")
     c.set_defaults(fn=cmd_compile)
+    d = sub.add_parser("demo", help="the main job: decode eager vs captured vs explicit graph, with costs")
+    from .demo import add_arguments
+    add_arguments(d)
+    d.set_defaults(fn=cmd_demo)
     return p
 
 

@@ -66,6 +66,18 @@ class _Array:
             check(driver.cuMemcpyHtoDAsync(self.ptr, host.ctypes.data, host.nbytes, stream.handle),
                   "cuMemcpyHtoDAsync")
 
+    def upload_async(self, host: HostBuffer, nbytes: int, stream: Stream) -> None:
+        """Copy the first ``nbytes`` of pinned ``host`` in, asynchronously on ``stream`` (capturable)."""
+        if nbytes > min(self.nbytes, host.array.nbytes):
+            raise ValueError(f"copy of {nbytes} bytes overruns the buffer or the host array")
+        check(driver.cuMemcpyHtoDAsync(self.ptr, host.ptr, nbytes, stream.handle), "cuMemcpyHtoDAsync")
+
+    def download_async(self, host: HostBuffer, nbytes: int, stream: Stream) -> None:
+        """Copy the first ``nbytes`` out to pinned ``host``, asynchronously on ``stream``."""
+        if nbytes > min(self.nbytes, host.array.nbytes):
+            raise ValueError(f"copy of {nbytes} bytes overruns the buffer or the host array")
+        check(driver.cuMemcpyDtoHAsync(host.ptr, self.ptr, nbytes, stream.handle), "cuMemcpyDtoHAsync")
+
     def fill_bytes(self, byte: int, stream: Stream | None = None) -> None:
         """Set every byte to ``byte`` (e.g. 0xFF to poison an output before a test)."""
         if stream is None:

@@ -13,8 +13,9 @@ The decode step launches, per layer (see ``kernels/rope_append.cu`` and ``kernel
                           plan.partition, plan.max_splits)                # plan.combine_shape
 
 ``part_o`` / ``part_ml`` are fp32 workspaces of ``plan.part_o_shape`` / ``plan.part_ml_shape``; they need no
-zeroing (only the splits that hold tokens are written and read) and may be shared by every layer. The grid is
-fixed for ``max_seq_len``: blocks past a row's context exit at once, so one captured graph serves every length.
+zeroing (only the splits that hold tokens are written and read) and may be shared by every layer. The grid
+is fixed for ``max_seq_len``: blocks past a row's context exit at once, so one captured graph serves every
+length.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class AttentionPlan:
         4, 2 or 1).
     partition : tokens per split; max_splits = ceil(max_seq_len / partition).
     combine : whether attention_combine must run (max_splits > 1); otherwise attention writes ``out`` itself.
-    part_o_shape, part_ml_shape : fp32 workspace shapes ``[B, H, max_splits, hd]`` and ``[B, H, max_splits, 2]``.
+    part_o_shape, part_ml_shape : fp32 workspaces ``[B, H, max_splits, hd]`` and ``[B, H, max_splits, 2]``.
     workspace_bytes : both workspaces together (0 when no combine is needed).
     """
 
@@ -77,8 +78,9 @@ def attention_plan(n_heads: int, n_kv_heads: int, head_dim: int, batch: int, max
 
     The partition (tokens per split) is the largest of 512/256/128/64 that still gives at least two blocks per
     SM at the maximum context (``num_sms``: 132 on the H200), so short batches spread over the GPU; a
-    ``max_seq_len`` that fits one partition runs as a single pass with no combine. ``partition`` forces a value
-    (a multiple of 64 up to 2048), e.g. to test the split path with short contexts. ``heads_per_block`` forces
+    ``max_seq_len`` that fits one partition runs as a single pass with no combine. ``partition`` forces a
+    value (a multiple of 64 up to 2048), e.g. to test the split path with short contexts. ``heads_per_block``
+    forces
     G (4, 2 or 1, dividing H/KVH; default: the largest that divides), e.g. to compare variants.
     """
     if head_dim not in HEAD_DIMS:

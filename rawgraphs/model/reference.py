@@ -12,18 +12,17 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from .blocks import BLOCK_SIZE
 from .config import ModelConfig
 from .weights import Weights
 
 __all__ = [
-    "BlockAllocator",
     "ReferenceModel",
     "append_kv",
     "argmax",
     "attention",
     "embedding",
     "linear",
-    "make_block_tables",
     "paged_attention",
     "rmsnorm",
     "rope",
@@ -31,7 +30,6 @@ __all__ = [
     "to_bf16",
 ]
 
-BLOCK_SIZE = 16
 
 
 def _f64(a) -> np.ndarray:
@@ -145,46 +143,6 @@ def append_kv(k_cache, v_cache, k, v, block_tables, positions) -> None:
 def argmax(logits) -> np.ndarray:
     """Greedy token per row of ``logits[B, V]`` (lowest index on ties) -> ``int32[B]``."""
     return np.argmax(np.asarray(logits), axis=-1).astype(np.int32)
-
-
-class BlockAllocator:
-    """Hands out KV block ids from a free list; seeded, the order is shuffled (non-contiguous tables)."""
-
-    def __init__(self, num_blocks: int, seed: int | None = None):
-        order = np.arange(num_blocks)
-        if seed is not None:
-            np.random.default_rng(seed).shuffle(order)
-        self._free = [int(i) for i in order[::-1]]  # pop() from the end takes `order` front to back
-
-    @property
-    def num_free(self) -> int:
-        """Blocks not handed out."""
-        return len(self._free)
-
-    def allocate(self, n: int) -> list[int]:
-        """``n`` block ids; raises ``MemoryError`` when fewer are free."""
-        if n > len(self._free):
-            raise MemoryError(f"KV cache full: {n} blocks wanted, {len(self._free)} free")
-        return [self._free.pop() for _ in range(n)]
-
-    def grow(self, blocks: list[int], n_tokens: int) -> list[int]:
-        """Append blocks to one sequence's list until it holds ``n_tokens`` tokens; returns the list."""
-        need = -(-n_tokens // BLOCK_SIZE) - len(blocks)
-        if need > 0:
-            blocks.extend(self.allocate(need))
-        return blocks
-
-    def free(self, blocks: list[int]) -> None:
-        """Give blocks back."""
-        self._free.extend(reversed(blocks))
-
-
-def make_block_tables(rows: list[list[int]], max_blocks: int) -> np.ndarray:
-    """Per-sequence block lists -> ``int32 [B, max_blocks]``, padded with block 0 (never read: past ctx)."""
-    table = np.zeros((len(rows), max_blocks), dtype=np.int32)  # [B, MB]
-    for b, blocks in enumerate(rows):
-        table[b, :len(blocks)] = blocks
-    return table
 
 
 class ReferenceModel:

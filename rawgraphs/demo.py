@@ -1,0 +1,106 @@
+"""``python -m rawgraphs demo``: the main job. Decode with eager launches, a captured graph and an explicit graph,
+check the three agree, and show what each step costs against the bandwidth floor.
+
+Without a GPU it says so, compiles the kernels and prints the plan of the step (what would launch).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from .bench.bandwidth import copy_bandwidth_gbs, floor_ms, step_bytes
+from .bench.report import format_table
+from .bench.stats import summarize
+from .bench.timing import time_gpu, time_host
+from .context import Stream, gpu_available
+from .model import ModelConfig, Weights
+from .model.decode import DecodeModel
+from .model.generate import MODES, generate, model_step, step_runner
+
+NOMINAL_GBS = 4270.0  # H200 copy bandwidth measured here (read + write); used only for the GPU-less plan
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="small", help="tiny | small | 1b, or a folder with an HF Llama "
+                   "config.json + *.safetensors (default: small, seeded random weights)")
+    p.add_argument("--prompt-ids", default="1,10,100,200,300,400", help="comma-separated prompt token ids")
+    p.add_argument("--tokens", type=int, default=32, help="tokens to generate per sequence (default 32)")
+    p.add_argument("--batch", type=int, default=1, help="sequences decoded together (default 1)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+
+
+def load(spec: str, seed: int, with_weights: bool = True) -> tuple[ModelConfig, Weights | None]:
+    """A preset with seeded random weights, or an HF checkpoint folder."""
+    if Path(spec).is_dir():
+        cfg = ModelConfig.from_hf(spec)
+        return cfg, Weights.from_hf(spec) if with_weights else None
+    cfg = ModelConfig.preset(spec)
+    return cfg, Weights.random(cfg, seed) if with_weights else None
+
+
+def _prompts(args, cfg) -> list[list[int]]:
+    ids = [int(t) for t in args.prompt_ids.split(",") if t.strip()]
+    if not ids or any(not 0 <= t < cfg.vocab for t in ids):
+        raise SystemExit(f"--prompt-ids must be token ids in [0, {cfg.vocab})")
+    return [[(t + 7 * b) % cfg.vocab for t in ids] for b in range(args.batch)]  # a distinct prompt per row
+
+
+def print_plan(cfg: ModelConfig, B: int, prompt_len: int, n_new: int) -> None:
+    """The step's launches (first layer in full, then counts) and its bandwidth floor, without a GPU."""
+    launches = DecodeModel(cfg, None, max_batch=B, plan_only=True).step_launches(B)
+    shown = [ln for ln in launches if not ln.name.startswith("L") or ln.name.startswith("L0.")]
+    print(format_table([{"launch": ln.name, "kernel": ln.kernel.name, "grid": str(ln.shape.grid),
+                         "block": str(ln.shape.block[0])} for ln in shown],
+                       ["launch", "kernel", "grid", "block"],
+                       title=f"decode step plan, B={B} (layers 1..{cfg.n_layers - 1} repeat layer 0)"))
+    ctx = [prompt_len + n_new] * B
+    print(f"\n{len(launches)} kernels per step; {step_bytes(cfg, ctx) / 1e9:.3f} GB per step at context {ctx[0]}; "
+          f"floor {floor_ms(cfg, ctx, NOMINAL_GBS):.3f} ms/step at {NOMINAL_GBS / 1000:.2f} TB/s")
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg, _ = load(args.model, args.seed, with_weights=False)
+    prompts = _prompts(args, cfg)
+    if not gpu_available():
+        from .cli import NO_GPU, cmd_compile
+        print(NO_GPU)
+        cmd_compile(argparse.Namespace(arch=None, no_cache=False))
+        print()
+        print_plan(cfg, args.batch, len(prompts[0]), args.tokens)
+        return 0
+    _, weights = load(args.model, args.seed)
+    B = args.batch
+    model = DecodeModel(cfg, weights, max_batch=B, kv_tokens=len(prompts[0]) + args.tokens)
+    stream = Stream.create()
+    print(f"model {args.model}: D={cfg.dim} L={cfg.n_layers} H={cfg.n_heads} KVH={cfg.n_kv_heads} "
+          f"F={cfg.ffn_dim} V={cfg.vocab}; batch {B}; {len(model.step_launches(B))} kernels per step")
+    results, runners = {}, {}
+    for mode in MODES:
+        runners[mode] = step_runner(model, B, stream, mode)
+        results[mode] = generate(model, prompts, args.tokens, keep_logits=True,
+                                 step=model_step(model, B, stream, run=runners[mode]))
+    same = all(results[m].tokens == results["eager"].tokens for m in MODES)
+    diff = max(float(np.abs(a - b).max()) for m in MODES for a, b in zip(results[m].logits,
+                                                                         results["eager"].logits))
+    for b, toks in enumerate(results["eager"].tokens[:4]):
+        print(f"row {b}: prompt {prompts[b]} -> {toks}")
+    print(f"tokens identical across eager/capture/explicit: {same}; max logit difference {diff:g}")
+    gbs = copy_bandwidth_gbs(stream)
+    ctx = [len(prompts[0]) + args.tokens] * B
+    floor = floor_ms(cfg, ctx, gbs)
+    rows = []
+    for mode in MODES:
+        gpu_us = summarize(time_gpu(runners[mode], stream, warmup=5, iters=20, repeats=10)).median
+        host_us = summarize(time_host(runners[mode], warmup=2, iters=3, repeats=10,
+                                      sync=stream.synchronize)).median
+        ms = gpu_us / 1e3
+        rows.append({"mode": mode, "ms/step": ms, "host us/step": host_us, "tokens/s": B / ms * 1e3,
+                     "kernels": len(model.step_launches(B)), "GB/s": step_bytes(cfg, ctx) / ms / 1e6,
+                     "x floor": ms / floor})
+    print(format_table(rows, ["mode", "ms/step", "host us/step", "tokens/s", "kernels", "GB/s", "x floor"],
+                       title=f"decode step at context {ctx[0]} (floor {floor:.3f} ms at {gbs / 1000:.2f} TB/s "
+                             f"measured copy bandwidth)"))
+    return 0 if same else 1

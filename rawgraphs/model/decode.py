@@ -1,0 +1,265 @@
+"""The decode step on the GPU: weights and static buffers, and the step as one readable list of kernel launches.
+
+Every buffer is allocated once for ``max_batch`` rows; a step for batch ``B`` uses the first ``B`` rows. Token
+ids, positions and block tables are *data* in fixed buffers (seed, constraint 4), so the same list of launches
+runs eagerly, is captured by stream capture, or is built as explicit graph nodes, and one graph per batch size
+serves every context length. A row whose position is negative is inactive (padding): attention skips it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from ..context import Stream
+from ..graph import Graph
+from ..compiler import kernel_dir
+from ..kernel import Kernel, KernelArgs, LaunchShape, Module, Signature, parse_signatures
+from ..memory import DeviceBuffer, DeviceView, HostBuffer
+from .attn_plan import BLOCK_SIZE, attention_plan_for
+from .config import ModelConfig
+from .plans import gemv_plan, max_workspace_bytes
+from .weights import Weights
+
+__all__ = ["Launch", "DecodeModel"]
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+_KERNEL_FILES = ("embedding", "rmsnorm", "gemv", "rope_append", "attention", "silu_mul", "sample")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch of the step: a readable name, the kernel, its launch shape and its argument block."""
+
+    name: str
+    kernel: Kernel
+    shape: LaunchShape
+    args: KernelArgs
+
+
+def _plan_view(shape, dtype=np.uint8) -> DeviceView:
+    return DeviceView(0, shape, dtype)
+
+
+@dataclass(frozen=True)
+class _PlanKernel:
+    """A kernel known by its signature only (no GPU): enough to build argument blocks for a printed plan."""
+
+    name: str
+    signature: Signature
+
+    def args(self, **kwargs) -> KernelArgs:
+        return KernelArgs(self.signature, **kwargs)
+
+
+def _plan_kernels() -> dict[str, _PlanKernel]:
+    sigs = {}
+    for f in _KERNEL_FILES:
+        sigs.update(parse_signatures((kernel_dir() / f"{f}.cu").read_text()))
+    return {name: _PlanKernel(name, sig) for name, sig in sigs.items()}
+
+
+class _Layer:
+    """One layer's weights and KV cache on the device (``new(shape, dtype)`` makes each buffer)."""
+
+    def __init__(self, cfg: ModelConfig, num_blocks: int, new):
+        D, F, hd = cfg.dim, cfg.ffn_dim, cfg.head_dim
+        self.w_qkv = new(((cfg.n_heads + 2 * cfg.n_kv_heads) * hd, D), BF16)  # [(H + 2 KVH) hd, D]
+        self.w_o = new((D, cfg.n_heads * hd), BF16)                           # [D, H hd]
+        self.w_gate_up, self.w_down = new((2 * F, D), BF16), new((D, F), BF16)  # [2F, D], [D, F]
+        self.attn_norm, self.mlp_norm = new(D, BF16), new(D, BF16)          # [D]
+        cache = (num_blocks, cfg.n_kv_heads, BLOCK_SIZE, hd)
+        self.k_cache, self.v_cache = new(cache, BF16), new(cache, BF16)     # [NB, KVH, 16, hd]
+
+    def load(self, lw) -> None:
+        for name in ("w_qkv", "w_o", "w_gate_up", "w_down", "attn_norm", "mlp_norm"):
+            getattr(self, name).copy_from(getattr(lw, name))
+
+
+class DecodeModel:
+    """A Llama-style decoder on the GPU for batches of up to ``max_batch`` rows.
+
+    Parameters
+    ----------
+    cfg, weights : the model (``weights=None`` with ``plan_only=True``).
+    max_batch : rows of every static buffer (the largest batch a step may have).
+    num_blocks : KV-cache blocks of 16 tokens per layer (default: ``max_batch`` sequences of ``kv_tokens``).
+    kv_tokens : context per sequence the default pool is sized for (default ``min(max_seq_len, 1024)``).
+    plan_only : allocate nothing and load no kernel: buffers are address-0 views and kernels are signatures,
+        enough to print the step's launch plan on a machine without a GPU.
+    """
+
+    def __init__(self, cfg: ModelConfig, weights: Weights | None, max_batch: int = 1,
+                 num_blocks: int | None = None, kv_tokens: int | None = None, plan_only: bool = False):
+        self.cfg, self.max_batch = cfg, max_batch
+        self.max_blocks = math.ceil(cfg.max_seq_len / BLOCK_SIZE)  # block-table row length
+        kv_tokens = kv_tokens or min(cfg.max_seq_len, 1024)
+        self.num_blocks = num_blocks or max_batch * math.ceil(kv_tokens / BLOCK_SIZE)
+        new = _plan_view if plan_only else DeviceBuffer
+        self.kernels = _plan_kernels() if plan_only else self._load_kernels()
+        self.embed = new((cfg.vocab, cfg.dim), BF16)  # [V, D]
+        tied = cfg.tie_word_embeddings
+        self.lm_head = self.embed if tied else new((cfg.vocab, cfg.dim), BF16)  # [V, D]
+        self.final_norm = new(cfg.dim, BF16)
+        self.layers = [_Layer(cfg, self.num_blocks, new) for _ in range(cfg.n_layers)]
+        if not plan_only:
+            self._load_weights(weights)
+        self._alloc_activations(new)
+        self._steps: dict[int, list[Launch]] = {}
+
+    def _load_weights(self, w: Weights) -> None:
+        if (w.lm_head is w.embed) != (self.lm_head is self.embed):
+            raise ValueError("weights and config disagree on tie_word_embeddings")
+        self.embed.copy_from(w.embed)
+        if self.lm_head is not self.embed:
+            self.lm_head.copy_from(w.lm_head)
+        self.final_norm.copy_from(w.final_norm)
+        for layer, lw in zip(self.layers, w.layers, strict=True):
+            layer.load(lw)
+
+    @staticmethod
+    def _load_kernels() -> dict[str, Kernel]:
+        ks = {}
+        for f in _KERNEL_FILES:
+            mod = Module.from_file(f)
+            ks.update({name: mod.kernel(name) for name in mod.signatures})
+        return ks
+
+    def _alloc_activations(self, new) -> None:
+        c, B = self.cfg, self.max_batch
+        D, F, V, H, hd = c.dim, c.ffn_dim, c.vocab, c.n_heads, c.head_dim
+        qkv_dim = (c.n_heads + 2 * c.n_kv_heads) * hd
+        self.tokens = new(B, np.int32)                        # [B] input token ids
+        self.positions = new(B, np.int32)                     # [B] position of the input token; <0: inactive
+        self.block_tables = new((B, self.max_blocks), np.int32)  # [B, MB]
+        self.x = new((B, D), BF16)                            # [B, D] residual stream
+        self.h = new((B, D), BF16)                            # [B, D] normed
+        self.qkv = new((B, qkv_dim), BF16)                    # [B, (H + 2 KVH) hd]
+        self.q = new((B, H, hd), BF16)                        # [B, H, hd] after RoPE
+        self.attn = new((B, H * hd), BF16)                    # [B, H hd]
+        self.gu = new((B, 2 * F), BF16)                       # [B, 2F] gate | up
+        self.m = new((B, F), BF16)                            # [B, F]
+        self.logits = new((B, V), np.float32)                 # [B, V]
+        self.next_tokens = new(B, np.int32)                   # [B] greedy output
+        shapes = [(qkv_dim, D), (D, H * hd), (2 * F, D), (D, F), (V, D)]
+        sizes = range(1, B + 1)
+        self.workspace = new(max(max_workspace_bytes(sizes, shapes), 4), np.uint8)
+        ap = attention_plan_for(c, B)
+        self.part_o = new(max(math.prod(ap.part_o_shape), 1), np.float32)
+        self.part_ml = new(max(math.prod(ap.part_ml_shape), 1), np.float32)
+        if new is _plan_view:
+            return
+        # pinned staging for inputs and outputs (async copies; stable addresses)
+        self.h_tokens, self.h_positions = HostBuffer(B, np.int32), HostBuffer(B, np.int32)
+        self.h_tables = HostBuffer((B, self.max_blocks), np.int32)
+        self.h_next = HostBuffer(B, np.int32)
+
+    # ---- the step -----------------------------------------------------------------------------------------
+    def step_launches(self, B: int) -> list[Launch]:
+        """The decode step for ``B`` rows as an ordered list of launches (cached per ``B``)."""
+        if not 1 <= B <= self.max_batch:
+            raise ValueError(f"batch {B} is outside 1..{self.max_batch} (max_batch of this model)")
+        if B not in self._steps:
+            self._steps[B] = self._build_step(B)
+        return self._steps[B]
+
+    def _build_step(self, B: int) -> list[Launch]:
+        c, k, out = self.cfg, self.kernels, []
+
+        def launch(name, kernel, grid, block, **args):
+            out.append(Launch(name, k[kernel], LaunchShape(grid, block), k[kernel].args(**args)))
+
+        def linear(name, y, x, w, N, K, mode="bf16"):  # y[B, N] (mode) x[B, K] @ w[N, K]^T
+            plan = gemv_plan(B, N, K, mode)
+            for i, ln in enumerate(plan.launches(y, x, w, self.workspace, B, N, K)):
+                launch(name + (".reduce" if i else ""), ln.kernel, ln.grid, ln.block, **ln.args)
+
+        D, F, H, KVH, hd = c.dim, c.ffn_dim, c.n_heads, c.n_kv_heads, c.head_dim
+        ap = attention_plan_for(c, B)
+        launch("embed", "embedding", (B,), (128,), out=self.x, tokens=self.tokens, table=self.embed, V=c.vocab, D=D)
+        for i, L in enumerate(self.layers):
+            p = f"L{i}."
+            launch(p + "attn_norm", "rmsnorm", (B,), (256,), out=self.h, x=self.x, w=L.attn_norm,
+                   eps=c.rms_norm_eps, D=D)
+            linear(p + "qkv", self.qkv, self.h, L.w_qkv, (H + 2 * KVH) * hd, D)
+            out.append(Launch(p + "rope_append", k["rope_append"], ap.rope, k["rope_append"].args(
+                q_out=self.q, k_cache=L.k_cache, v_cache=L.v_cache, qkv=self.qkv, positions=self.positions,
+                block_tables=self.block_tables, max_blocks=self.max_blocks, n_heads=H, n_kv_heads=KVH,
+                head_dim=hd, theta=c.rope_theta)))
+            out.append(Launch(p + "attention", k[ap.kernel], ap.attention, k[ap.kernel].args(
+                out=self.attn, part_o=self.part_o, part_ml=self.part_ml, q=self.q, k_cache=L.k_cache,
+                v_cache=L.v_cache, block_tables=self.block_tables, positions=self.positions,
+                max_blocks=self.max_blocks, n_heads=H, n_kv_heads=KVH, heads_per_block=ap.heads_per_block,
+                partition=ap.partition, max_splits=ap.max_splits, scale=ap.scale)))
+            if ap.combine:
+                out.append(Launch(p + "attention.combine", k["attention_combine"], ap.combine_shape,
+                                  k["attention_combine"].args(
+                                      out=self.attn, part_o=self.part_o, part_ml=self.part_ml,
+                                      positions=self.positions, max_blocks=self.max_blocks, n_heads=H,
+                                      head_dim=hd, partition=ap.partition, max_splits=ap.max_splits)))
+            linear(p + "o_proj", self.x, self.attn, L.w_o, D, H * hd, "residual")       # x += attn @ Wo^T
+            launch(p + "mlp_norm", "rmsnorm", (B,), (256,), out=self.h, x=self.x, w=L.mlp_norm,
+                   eps=c.rms_norm_eps, D=D)
+            linear(p + "gate_up", self.gu, self.h, L.w_gate_up, 2 * F, D)
+            launch(p + "silu_mul", "silu_mul", (math.ceil(F / 8 / 256), B), (256,), out=self.m, gu=self.gu, F=F)
+            linear(p + "down", self.x, self.m, L.w_down, D, F, "residual")              # x += m @ Wd^T
+        launch("final_norm", "rmsnorm", (B,), (256,), out=self.h, x=self.x, w=self.final_norm,
+               eps=c.rms_norm_eps, D=D)
+        linear("lm_head", self.logits, self.h, self.lm_head, c.vocab, D, "f32")
+        launch("argmax", "argmax", (B,), (1024,), tokens=self.next_tokens, logits=self.logits, V=c.vocab)
+        return out
+
+    def run_eager(self, B: int, stream: Stream) -> None:
+        """Launch the step for ``B`` rows one kernel at a time."""
+        for ln in self.step_launches(B):
+            ln.kernel.launch(ln.shape, ln.args, stream)
+
+    def capture(self, B: int, stream: Stream) -> Graph:
+        """The step for ``B`` rows recorded by stream capture."""
+        launches = self.step_launches(B)
+        with Graph.capture(stream) as g:
+            for ln in launches:
+                ln.kernel.launch(ln.shape, ln.args, stream)
+        return g
+
+    def build_graph(self, B: int) -> Graph:
+        """The step for ``B`` rows built as explicit kernel nodes, a chain named like the launches."""
+        g, prev = Graph(), None
+        for ln in self.step_launches(B):
+            prev = g.add_kernel(ln.kernel, ln.shape, ln.args, deps=prev, name=ln.name)
+        return g
+
+    # ---- inputs and outputs -------------------------------------------------------------------------------
+    def set_inputs(self, tokens, positions, block_tables, stream: Stream) -> None:
+        """Stage ``B`` rows of inputs into the static buffers (async copies from pinned memory on ``stream``).
+
+        tokens [B] int, positions [B] int (< 0: inactive row), block_tables [B, <= max_blocks] int.
+        """
+        tokens, positions = np.asarray(tokens, np.int32), np.asarray(positions, np.int32)
+        tables = np.asarray(block_tables, np.int32)
+        B = len(tokens)
+        if not (len(positions) == B == len(tables)) or B > self.max_batch or tables.shape[1] > self.max_blocks:
+            raise ValueError(f"inputs must be [B], [B], [B, <= {self.max_blocks}] with B <= {self.max_batch}; "
+                             f"got {tokens.shape}, {positions.shape}, {tables.shape}")
+        if positions.max(initial=-1) >= self.cfg.max_seq_len:
+            raise ValueError(f"a position is past max_seq_len {self.cfg.max_seq_len}")
+        self.h_tokens.array[:B] = tokens
+        self.h_positions.array[:B] = positions
+        self.h_tables.array[:B] = 0
+        self.h_tables.array[:B, :tables.shape[1]] = tables
+        self.tokens.upload_async(self.h_tokens, 4 * B, stream)
+        self.positions.upload_async(self.h_positions, 4 * B, stream)
+        self.block_tables.upload_async(self.h_tables, 4 * B * self.max_blocks, stream)
+
+    def read_tokens(self, B: int, stream: Stream) -> np.ndarray:
+        """The step's greedy tokens for ``B`` rows (waits for the stream)."""
+        self.next_tokens.download_async(self.h_next, 4 * B, stream)
+        stream.synchronize()
+        return self.h_next.array[:B].copy()
+
+    def read_logits(self, B: int) -> np.ndarray:
+        """Logits of the first ``B`` rows, fp32 ``[B, V]`` (synchronous)."""
+        return self.logits.to_numpy()[:B]

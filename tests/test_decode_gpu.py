@@ -1,0 +1,85 @@
+"""The whole decode step on the GPU: tiny model vs the float64 reference, and eager == captured == explicit."""
+
+import numpy as np
+import pytest
+
+from rawgraphs.model import ModelConfig, ReferenceModel, Weights
+from rawgraphs.model.decode import DecodeModel
+from rawgraphs.model.generate import generate
+
+pytestmark = pytest.mark.gpu
+LOGIT_TOL = 2e-2  # bf16 activations: max |gpu - ref| relative to max |ref| per step
+
+
+class ReferenceStepper:
+    """The NumPy reference behind the DecodeModel interface `generate` drives."""
+
+    def __init__(self, cfg, weights, num_blocks, max_blocks):
+        self.ref = ReferenceModel(cfg, weights, num_blocks)
+        self.num_blocks, self.max_blocks = num_blocks, max_blocks
+
+    def step(self, tokens, positions, tables):
+        self.logits = self.ref.step(tokens, positions, tables)
+        return np.argmax(self.logits, axis=1).astype(np.int32)
+
+    def read_logits(self, B):
+        return self.logits
+
+
+def prompts_for(cfg, rng, B):
+    return [list(rng.integers(1, cfg.vocab, size=int(rng.integers(2, 8)))) for _ in range(B)]
+
+
+def test_tiny_model_matches_float64_reference_for_64_steps(stream, rng):
+    cfg = ModelConfig.preset("tiny")
+    w = Weights.random(cfg, seed=11)
+    model = DecodeModel(cfg, w, max_batch=3)
+    prompts, starts = prompts_for(cfg, rng, 3), [0, 2, 5]
+    gpu = generate(model, prompts, 64, stream, starts=starts, keep_logits=True, seed=3)
+    ref = ReferenceStepper(cfg, w, model.num_blocks, model.max_blocks)
+    want = generate(ref, prompts, 64, starts=starts, keep_logits=True, seed=3, step=ref.step)
+    assert gpu.tokens == want.tokens
+    worst = 0.0
+    for step, (g, r) in enumerate(zip(gpu.logits, want.logits)):
+        active = [b for b in range(3) if step >= starts[b]]
+        err = np.abs(g[active] - r[active]).max() / np.abs(r[active]).max()
+        worst = max(worst, err)
+    assert worst < LOGIT_TOL, f"worst relative logit error {worst:.3g}"
+
+
+@pytest.mark.parametrize("preset, B, n_new", [("tiny", 3, 24), ("tiny", 20, 6), ("small", 5, 6)])
+def test_eager_captured_and_explicit_are_bit_identical(stream, rng, preset, B, n_new):
+    cfg = ModelConfig.preset(preset)
+    model = DecodeModel(cfg, Weights.random(cfg, seed=5), max_batch=B)
+    prompts = prompts_for(cfg, rng, B)
+    starts = [int(s) for s in rng.integers(0, 4, size=B)]
+    runs = {mode: generate(model, prompts, n_new, stream, mode=mode, starts=starts, keep_logits=True, seed=9)
+            for mode in ("eager", "capture", "explicit")}
+    for mode in ("capture", "explicit"):
+        assert runs[mode].tokens == runs["eager"].tokens, mode
+        for a, b in zip(runs[mode].logits, runs["eager"].logits):
+            np.testing.assert_array_equal(a, b, err_msg=mode)
+
+
+def test_padding_rows_never_change_real_rows(stream, rng):
+    """Rows 3..7 of an 8-row graph as inactive padding, or as busy sequences: rows 0..2 are bit-identical."""
+    cfg = ModelConfig.preset("tiny")
+    model = DecodeModel(cfg, Weights.random(cfg, seed=2), max_batch=8)
+    prompts = prompts_for(cfg, rng, 3)
+    padded = generate(model, prompts + [None] * 5, 10, stream, mode="capture", keep_logits=True)
+    busy = generate(model, prompts + prompts_for(cfg, rng, 5), 10, stream, mode="capture", keep_logits=True,
+                    starts=[0, 0, 0, 1, 2, 3, 4, 5])
+    assert busy.tokens[:3] == padded.tokens[:3] and padded.tokens[3:] == [[]] * 5
+    for a, b in zip(padded.logits, busy.logits):
+        np.testing.assert_array_equal(a[:3], b[:3])
+
+
+def test_step_is_a_readable_list_of_named_launches():
+    from rawgraphs.context import gpu_available
+    assert gpu_available()
+    cfg = ModelConfig.preset("tiny")
+    model = DecodeModel(cfg, Weights.random(cfg, seed=1), max_batch=2)
+    names = [ln.name for ln in model.step_launches(2)]
+    assert names[0] == "embed" and names[-1] == "argmax" and "L0.qkv" in names and "L1.down" in names
+    g = model.build_graph(2)
+    assert g.node_count() == len(names) and g.node("L0.attention").kernel.name.startswith("attention_hd")
