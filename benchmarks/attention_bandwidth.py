@@ -4,7 +4,8 @@ The 1b config's attention (H=16, hd=128; KVH=16 and a GQA variant KVH=4) at B = 
 context 512 or 4096, launched with the plan for max_seq_len=4096 (the fixed grid one CUDA graph uses). Each
 timed launch is queued behind a ~50 us spin kernel so the GPU never waits for Python, and the KV pool is
 rotated over copies that together exceed the 60 MB L2 (cold reads, as in decode). Median of CUDA-event times
-(attention alone, and attention + combine); GB/s of K+V bytes read and the ratio to the measured 4270 GB/s copy bandwidth. Last rows:
+(attention alone, and attention + combine); GB/s of K+V bytes read and the ratio to the measured 4270 GB/s
+copy bandwidth. Then:
 B=48 with 11 inactive rows next to B=37 (inactive rows must cost next to nothing).
 
 Usage: PYTHONPATH=. python3 benchmarks/attention_bandwidth.py [--out results.json] [--reps 50]
@@ -38,8 +39,8 @@ SPIN = """extern "C" __global__ void spin(long long cycles) {
 
 def time_case(mods, stream, kvh: int, batch: int, ctx: int, active: int, reps: int,
               g: int | None = None) -> dict:
-    """Median time of attention (+ combine) for ``batch`` rows, the first ``active`` of them at context ``ctx``
-    (``g`` forces the query heads per block)."""
+    """Median time of attention (+ combine) for ``batch`` rows, the first ``active`` of them at context
+    ``ctx`` (``g`` forces the query heads per block)."""
     plan = attention_plan(H, kvh, HD, batch, MAX_SEQ, heads_per_block=g)
     max_blocks = MAX_SEQ // 16
     used = active * math.ceil(ctx / 16)  # blocks read per launch
@@ -66,8 +67,9 @@ def time_case(mods, stream, kvh: int, batch: int, ctx: int, active: int, reps: i
     spin = mods["spin"].kernel("spin")
     spin_args = spin.args(cycles=100_000)  # ~50 us at ~1.98 GHz: covers the Python launches behind it
     attn_args = [attn.args(out=out, part_o=part_o, part_ml=part_ml, q=q, k_cache=k_cache, v_cache=v_cache,
-                           block_tables=t, positions=positions, max_blocks=max_blocks, n_heads=H, n_kv_heads=kvh,
-                           partition=plan.partition, max_splits=plan.max_splits, scale=plan.scale)
+                           block_tables=t, positions=positions, max_blocks=max_blocks, n_heads=H,
+                           n_kv_heads=kvh, partition=plan.partition, max_splits=plan.max_splits,
+                           scale=plan.scale)
                  for t in tables]
     comb_args = comb.args(out=out, part_o=part_o, part_ml=part_ml, positions=positions, max_blocks=max_blocks,
                           n_heads=H, head_dim=HD, partition=plan.partition, max_splits=plan.max_splits)
@@ -87,8 +89,9 @@ def time_case(mods, stream, kvh: int, batch: int, ctx: int, active: int, reps: i
             attn_times.append(start.elapsed_ms(mid) * 1e3)
     us = float(np.median(times))
     gbs = kv_bytes / us / 1e3
-    return {"kvh": kvh, "g": plan.heads_per_block, "batch": batch, "active": active, "ctx": ctx, "partition": plan.partition,
-            "splits": plan.max_splits, "grid": list(plan.attention.grid), "kv_mb": kv_bytes / 2**20,
+    return {"kvh": kvh, "g": plan.heads_per_block, "batch": batch, "active": active, "ctx": ctx,
+            "partition": plan.partition, "splits": plan.max_splits, "grid": list(plan.attention.grid),
+            "kv_mb": kv_bytes / 2**20,
             "median_us": us, "attention_us": float(np.median(attn_times)), "gbs": gbs, "ratio": gbs / HBM_GBS}
 
 
@@ -116,8 +119,8 @@ def main() -> None:
 
     print(f"{dev.name}  H={H} hd={HD} plan max_seq_len={MAX_SEQ}  registers: "
           + ", ".join(f"{n} {a['registers']} (spill {a['local_bytes']} B)" for n, a in attrs.items()))
-    print(f"{'KVH':>4} {'G':>2} {'B':>3} {'act':>3} {'ctx':>5} {'part':>4} {'spl':>3} {'KV MB':>8} {'attn us':>8} "
-          f"{'total us':>8} {'GB/s':>7} {'/4270':>6}")
+    print(f"{'KVH':>4} {'G':>2} {'B':>3} {'act':>3} {'ctx':>5} {'part':>4} {'spl':>3} {'KV MB':>8} "
+          f"{'attn us':>8} {'total us':>8} {'GB/s':>7} {'/4270':>6}")
     for r in rows:
         print(f"{r['kvh']:>4} {r['g']:>2} {r['batch']:>3} {r['active']:>3} {r['ctx']:>5} {r['partition']:>4} "
               f"{r['splits']:>3} {r['kv_mb']:>8.1f} {r['attention_us']:>8.2f} {r['median_us']:>8.2f} "

@@ -4,17 +4,19 @@
 //   ctx = positions[b] + 1; token t of row b lives in block block_tables[b, t / 16], slot t % 16;
 //   kv(h) = h / (H / KVH). Rows with positions[b] < 0 read no KV and write zeros.
 //
-// attention_hd{16,64,128}_g{1,2,4}: one entry point per head dim hd and query heads per block G (both template
-//   parameters inside, so each variant holds only the registers it needs).
+// attention_hd{16,64,128}_g{1,2,4}: one entry point per head dim hd and query heads per block G (both
+//   template parameters inside, so each variant holds only the registers it needs).
 //   grid  = (B, H / G, max_splits), block = (128) = 4 warps, no dynamic shared memory.
 //   Block (b, y, s) serves query heads [y*G, y*G + G) (G divides H/KVH: all of one KV head's group, or an
-//   equal share of it, so the group's K/V is read once per block) over tokens [s*partition, (s+1)*partition)
-//   of row b; a block whose partition starts at or past ctx exits at once, so the grid is fixed for the maximum context and one CUDA graph
-//   serves every length. Warps take 16-token pages in turn; each lane issues hd/16 16-byte loads of K and
-//   of V per page (a page of one KV head is one contiguous 16*hd*2-byte run), runs an online softmax in the
-//   log2 domain (fp32), and the 4 warps merge through shared memory in a fixed order.
+//   equal share of it, so the group's K/V is read once per block) over tokens [s*partition,
+//   (s+1)*partition) of row b; a block whose partition starts at or past ctx exits at once, so the grid is
+//   fixed for the maximum context and one CUDA graph serves every length. Warps take 16-token pages in
+//   turn; each lane issues hd/16 16-byte loads of K and of V per page (a page of one KV head is one
+//   contiguous 16*hd*2-byte run), runs an online softmax in the log2 domain (fp32), and the 4 warps merge
+//   through shared memory in a fixed order.
 //   max_splits == 1: the block writes out directly (normalised bf16) and no combine is launched.
-//   max_splits  > 1: the block writes unnormalised partials (fp32) to the workspace, attention_combine merges.
+//   max_splits  > 1: the block writes unnormalised partials (fp32) to the workspace; attention_combine
+//   merges them.
 //   Contexts are clamped to min(max_blocks * 16, max_splits * partition) (what the table and grid can hold).
 //   Arguments:
 //     out          [B, H * hd]                    bf16   (written when max_splits == 1)
@@ -28,12 +30,18 @@
 //     max_blocks   row stride of block_tables; n_heads H, n_kv_heads KVH; partition (tokens per split, a
 //     multiple of 64, at most 2048); max_splits (== gridDim.z); scale (1/sqrt(hd)).
 //
-// attention_combine: merges the partials of the splits that hold tokens in a fixed order (deterministic); the
-//   split loads are issued in parallel, not as a chain (a chain of n L2 round trips dominated short contexts).
+// attention_combine: merges the partials of the splits that hold tokens in a fixed order (deterministic);
+//   the split loads are issued in parallel, not as a chain (n chained L2 round trips dominated short
+//   contexts).
 //   grid = (B, H), block = (256), dynamic shared memory = (2 * max_splits + 256) * 4 bytes. Inactive rows
 //   write zeros. Requires head_dim <= 256.
 //   Arguments: out [B, H*hd] bf16; part_o, part_ml as above; positions [B] int32; max_blocks; n_heads;
 //   head_dim; partition; max_splits.
+//
+// Measured on the H200 (benchmarks/attention_bandwidth.py, H=16, hd=128, plan for max_seq_len=4096, cold KV):
+//   MHA B=64 ctx 4096: 511 us attention + 9 us combine = 4131 GB/s of KV (0.97 of 4270); B=37: 0.95, and
+//   B=48 with 11 inactive rows costs the same as B=37. GQA (KVH=4, G=4) B=64 ctx 4096: 0.70. Short work is
+//   latency-bound: B=1 ctx 4096 MHA 13 us + 8 us combine; any launch here costs >= ~7 us (cold loads chain).
 
 #include <cuda_bf16.h>
 
@@ -227,8 +235,8 @@ extern "C" __global__ void __launch_bounds__(128)
 attention_hd16_g1(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
                   const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
                   const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
-                  const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads, int partition,
-                  int max_splits, float scale) {
+                  const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads,
+                  int partition, int max_splits, float scale) {
     attention_block<16, 1>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
                            n_heads, n_kv_heads, partition, max_splits, scale);
 }
@@ -237,8 +245,8 @@ extern "C" __global__ void __launch_bounds__(128)
 attention_hd16_g2(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
                   const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
                   const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
-                  const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads, int partition,
-                  int max_splits, float scale) {
+                  const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads,
+                  int partition, int max_splits, float scale) {
     attention_block<16, 2>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
                            n_heads, n_kv_heads, partition, max_splits, scale);
 }
@@ -247,8 +255,8 @@ extern "C" __global__ void __launch_bounds__(128)
 attention_hd16_g4(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
                   const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
                   const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
-                  const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads, int partition,
-                  int max_splits, float scale) {
+                  const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads,
+                  int partition, int max_splits, float scale) {
     attention_block<16, 4>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
                            n_heads, n_kv_heads, partition, max_splits, scale);
 }
@@ -257,8 +265,8 @@ extern "C" __global__ void __launch_bounds__(128)
 attention_hd64_g1(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
                   const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
                   const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
-                  const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads, int partition,
-                  int max_splits, float scale) {
+                  const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads,
+                  int partition, int max_splits, float scale) {
     attention_block<64, 1>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
                            n_heads, n_kv_heads, partition, max_splits, scale);
 }
@@ -267,8 +275,8 @@ extern "C" __global__ void __launch_bounds__(128)
 attention_hd64_g2(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
                   const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
                   const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
-                  const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads, int partition,
-                  int max_splits, float scale) {
+                  const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads,
+                  int partition, int max_splits, float scale) {
     attention_block<64, 2>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
                            n_heads, n_kv_heads, partition, max_splits, scale);
 }
@@ -277,8 +285,8 @@ extern "C" __global__ void __launch_bounds__(128)
 attention_hd64_g4(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
                   const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
                   const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
-                  const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads, int partition,
-                  int max_splits, float scale) {
+                  const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads,
+                  int partition, int max_splits, float scale) {
     attention_block<64, 4>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
                            n_heads, n_kv_heads, partition, max_splits, scale);
 }
@@ -287,8 +295,8 @@ extern "C" __global__ void __launch_bounds__(128)
 attention_hd128_g1(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
                    const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
                    const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
-                   const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads, int partition,
-                   int max_splits, float scale) {
+                   const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads,
+                   int partition, int max_splits, float scale) {
     attention_block<128, 1>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
                             n_heads, n_kv_heads, partition, max_splits, scale);
 }
@@ -297,8 +305,8 @@ extern "C" __global__ void __launch_bounds__(128)
 attention_hd128_g2(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
                    const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
                    const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
-                   const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads, int partition,
-                   int max_splits, float scale) {
+                   const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads,
+                   int partition, int max_splits, float scale) {
     attention_block<128, 2>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
                             n_heads, n_kv_heads, partition, max_splits, scale);
 }
@@ -307,8 +315,8 @@ extern "C" __global__ void __launch_bounds__(128)
 attention_hd128_g4(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
                    const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
                    const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
-                   const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads, int partition,
-                   int max_splits, float scale) {
+                   const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads,
+                   int partition, int max_splits, float scale) {
     attention_block<128, 4>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
                             n_heads, n_kv_heads, partition, max_splits, scale);
 }
@@ -325,7 +333,8 @@ attention_combine(__nv_bfloat16* __restrict__ out, const float* __restrict__ par
     const long long bh = (long long)b * n_heads + h;
     const int ctx = attn_ctx(positions[b], max_blocks, partition, max_splits);
     if (ctx <= 0) {
-        for (int d = threadIdx.x; d < head_dim; d += blockDim.x) out[bh * head_dim + d] = __float2bfloat16(0.f);
+        for (int d = threadIdx.x; d < head_dim; d += blockDim.x)
+            out[bh * head_dim + d] = __float2bfloat16(0.f);
         return;
     }
     const int n = (ctx + partition - 1) / partition;  // splits that hold tokens (all others were skipped)

@@ -2,15 +2,16 @@
 //
 // Input is the fused QKV projection output, row b = [q (H*hd) | k (KVH*hd) | v (KVH*hd)]. For an active row
 // (positions[b] >= 0):
-//   q_out[b, h, :]  = rope(q[b, h, :], pos)                      (Hugging Face rotate-half)
-//   k_cache[blk, kh, off, :] = rope(k[b, kh, :], pos)             blk = block_tables[b, pos / 16], off = pos % 16
+//   q_out[b, h, :]           = rope(q[b, h, :], pos)      (Hugging Face rotate-half)
+//   k_cache[blk, kh, off, :] = rope(k[b, kh, :], pos)     blk = block_tables[b, pos / 16], off = pos % 16
 //   v_cache[blk, kh, off, :] = v[b, kh, :]
 // An inactive row (positions[b] < 0) writes zeros to q_out[b] and touches no cache slot.
 //
-// RoPE angles: inv_freq[i] = theta^(-2i/hd) and angle = pos * inv_freq[i] are computed in double, with double
-// sin/cos (hd/2 evaluations per row, once, shared by all heads), then rounded to fp32. This matches the float64
-// reference to fp32 rounding at every position; an fp32 product pos * inv_freq alone would carry an absolute
-// angle error up to ~2.4e-4 rad at pos 4096 (half an fp32 ulp of 4096), harmless for bf16 but free to avoid.
+// RoPE angles: inv_freq[i] = theta^(-2i/hd) and angle = pos * inv_freq[i] are computed in double, with
+// double sin/cos (hd/2 evaluations per row, once, shared by all heads), then rounded to fp32. This matches
+// the float64 reference to fp32 rounding at every position; an fp32 product pos * inv_freq alone would carry
+// an absolute angle error up to ~2.4e-4 rad at pos 4096 (half an fp32 ulp of 4096), harmless for bf16 but
+// free to avoid.
 //
 // Launch: grid = (B), block = (256), no dynamic shared memory. Requires hd even and hd <= 256.
 //
@@ -42,7 +43,8 @@ rope_append(__nv_bfloat16* __restrict__ q_out, __nv_bfloat16* __restrict__ k_cac
     const long long q_row = (long long)b * n_heads * head_dim;
 
     if (pos < 0) {  // inactive row: zeros out, no cache traffic
-        for (int e = threadIdx.x; e < n_heads * head_dim; e += blockDim.x) q_out[q_row + e] = __float2bfloat16(0.f);
+        for (int e = threadIdx.x; e < n_heads * head_dim; e += blockDim.x)
+            q_out[q_row + e] = __float2bfloat16(0.f);
         return;
     }
     for (int i = threadIdx.x; i < half; i += blockDim.x) {

@@ -32,8 +32,8 @@ def test_signatures():
     for name, sig in sigs.items():
         if name != "attention_combine":
             assert sig.names == ("out", "part_o", "part_ml", "q", "k_cache", "v_cache", "block_tables",
-                                 "positions", "max_blocks", "n_heads", "n_kv_heads", "partition", "max_splits",
-                                 "scale")
+                                 "positions", "max_blocks", "n_heads", "n_kv_heads", "partition",
+                                 "max_splits", "scale")
     rope = parse_signatures((kernel_dir() / "rope_append.cu").read_text())["rope_append"]
     assert rope.names[-1] == "theta" and rope.params[-1].type == "f32"
 
@@ -105,7 +105,7 @@ def rope_mod(dev):
 
 
 def run_attention(mod, stream, q, k_cache, v_cache, tables, positions, plan):
-    """Launch attention (+ combine) as the decode step will; returns out [B, H*hd] (bf16) from a poisoned buffer."""
+    """Launch attention (+ combine) as the decode step will -> out [B, H*hd] bf16 (from a poisoned buffer)."""
     from rawgraphs.memory import DeviceBuffer
     batch, n_heads, hd = q.shape
     kvh = k_cache.shape[1]
@@ -118,15 +118,16 @@ def run_attention(mod, stream, q, k_cache, v_cache, tables, positions, plan):
     host = {"q": q, "k_cache": k_cache, "v_cache": v_cache, "block_tables": tables, "positions": positions}
     bufs = {n: DeviceBuffer.from_numpy(np.ascontiguousarray(a)) for n, a in host.items()}
     k = mod.kernel(plan.kernel)
-    k.launch(plan.attention, k.args(out=out, part_o=part_o, part_ml=part_ml, **bufs, max_blocks=tables.shape[1],
-                                    n_heads=n_heads, n_kv_heads=kvh, partition=plan.partition,
-                                    max_splits=plan.max_splits, scale=plan.scale),
+    k.launch(plan.attention, k.args(out=out, part_o=part_o, part_ml=part_ml, **bufs,
+                                    max_blocks=tables.shape[1], n_heads=n_heads, n_kv_heads=kvh,
+                                    partition=plan.partition, max_splits=plan.max_splits, scale=plan.scale),
              stream)
     if plan.combine:
         c = mod.kernel("attention_combine")
-        c.launch(plan.combine_shape, c.args(out=out, part_o=part_o, part_ml=part_ml, positions=bufs["positions"],
-                                            max_blocks=tables.shape[1], n_heads=n_heads, head_dim=hd,
-                                            partition=plan.partition, max_splits=plan.max_splits), stream)
+        c.launch(plan.combine_shape, c.args(out=out, part_o=part_o, part_ml=part_ml,
+                                            positions=bufs["positions"], max_blocks=tables.shape[1],
+                                            n_heads=n_heads, head_dim=hd, partition=plan.partition,
+                                            max_splits=plan.max_splits), stream)
     stream.synchronize()
     return out.to_numpy()
 

@@ -80,8 +80,7 @@ def attention_plan(n_heads: int, n_kv_heads: int, head_dim: int, batch: int, max
     SM at the maximum context (``num_sms``: 132 on the H200), so short batches spread over the GPU; a
     ``max_seq_len`` that fits one partition runs as a single pass with no combine. ``partition`` forces a
     value (a multiple of 64 up to 2048), e.g. to test the split path with short contexts. ``heads_per_block``
-    forces
-    G (4, 2 or 1, dividing H/KVH; default: the largest that divides), e.g. to compare variants.
+    forces G (4, 2 or 1, dividing H/KVH; default: the largest that divides), e.g. to compare variants.
     """
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head_dim {head_dim} has no attention kernel (one of {HEAD_DIMS})")
