@@ -10,7 +10,7 @@ import pytest
 from rawgraphs.compiler import compile_file, kernel_dir
 from rawgraphs.kernel import LaunchShape, parse_signatures
 from rawgraphs.model import reference as ref
-from rawgraphs.model.attn_plan import attention_plan
+from rawgraphs.model.attn_plan import attention_plan, workspace_elements
 
 BF16 = ml_dtypes.bfloat16
 PAGE = 16
@@ -59,6 +59,15 @@ def test_plan_heads_per_block(h, kvh, g):
     p = attention_plan(h, kvh, 64, batch=2, max_seq_len=256)
     assert p.heads_per_block == g and p.attention.grid[1] == h // g and p.kernel == f"attention_hd64_g{g}"
     assert (h // kvh) % g == 0  # a block never straddles two KV heads
+
+
+def test_workspace_elements_covers_every_batch():
+    plans = [attention_plan(16, 16, 128, b, 128) for b in range(1, 18)]
+    assert not plans[-1].combine and plans[8].combine  # B=17 runs one pass, B=9 splits: max is not at the end
+    o, ml = workspace_elements(plans)
+    assert o == max(math.prod(p.part_o_shape) for p in plans if p.combine) > 0
+    assert ml == max(math.prod(p.part_ml_shape) for p in plans if p.combine)
+    assert workspace_elements([plans[-1]]) == (0, 0)
 
 
 def test_plan_rejects():

@@ -12,10 +12,11 @@ The decode step launches, per layer (see ``kernels/rope_append.cu`` and ``kernel
         attention_combine(out, part_o, part_ml, positions, max_blocks, n_heads, head_dim,
                           plan.partition, plan.max_splits)                # plan.combine_shape
 
-``part_o`` / ``part_ml`` are fp32 workspaces of ``plan.part_o_shape`` / ``plan.part_ml_shape``; they need no
-zeroing (only the splits that hold tokens are written and read) and may be shared by every layer. The grid
-is fixed for ``max_seq_len``: blocks past a row's context exit at once, so one captured graph serves every
-length.
+``part_o`` / ``part_ml`` are fp32 workspaces of ``plan.part_o_shape`` / ``plan.part_ml_shape``; size them
+with :func:`workspace_elements` over every batch size that will be launched (a smaller batch may use more
+splits, and so more workspace, than the largest). They need no zeroing (only the splits that hold tokens are
+written and read) and may be shared by every layer. The grid is fixed for ``max_seq_len``: blocks past a row's
+context exit at once, so one captured graph serves every length.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from dataclasses import dataclass
 from ..kernel import LaunchShape
 from .blocks import BLOCK_SIZE
 
-__all__ = ["BLOCK_SIZE", "HEAD_DIMS", "AttentionPlan", "attention_plan", "attention_plan_for"]
+__all__ = ["BLOCK_SIZE", "HEAD_DIMS", "AttentionPlan", "attention_plan", "attention_plan_for",
+           "workspace_elements"]
 
 HEAD_DIMS = (16, 64, 128)  # head dims with attention_hd<hd>_g<G> entry points
 _HEADS_PER_BLOCK = (4, 2, 1)  # G of the entry points (register-resident accumulators), largest first
@@ -119,3 +121,10 @@ def attention_plan_for(cfg, batch: int, max_seq_len: int | None = None, **kw) ->
     the config's)."""
     return attention_plan(cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, batch,
                           cfg.max_seq_len if max_seq_len is None else max_seq_len, **kw)
+
+
+def workspace_elements(plans) -> tuple[int, int]:
+    """fp32 elements ``(part_o, part_ml)`` that serve every plan in ``plans`` (0 where none combines)."""
+    combining = [p for p in plans if p.combine]
+    return (max((math.prod(p.part_o_shape) for p in combining), default=0),
+            max((math.prod(p.part_ml_shape) for p in combining), default=0))
