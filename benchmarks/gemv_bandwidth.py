@@ -10,7 +10,8 @@ The 1b config's projections (qkv 6144x2048, o 2048x2048, gate_up 11264x2048, dow
 GB/s counts the bytes that must move (W + x + y; the split-K workspace is overhead, not counted); the ratio
 is to the measured 4270 GB/s copy bandwidth.
 
-Usage: PYTHONPATH=. python3 benchmarks/gemv_bandwidth.py [--out gemv_bandwidth.json] [--reps 50]
+Usage: PYTHONPATH=. python3 benchmarks/gemv_bandwidth.py [--out gemv.json] [--reps 50] [--alternatives]
+(``--alternatives`` also times gemv_mma next to each default; such rows are marked ``*``)
 (default JSON path: $OUT/gemv_bandwidth.json when $OUT is set).
 """
 
@@ -34,6 +35,9 @@ L2_BYTES = 60 * 2**20
 SHAPES = [("qkv", 6144, 2048, "bf16"), ("o", 2048, 2048, "residual"), ("gate_up", 11264, 2048, "bf16"),
           ("down", 2048, 5632, "residual"), ("lm_head", 32000, 2048, "f32")]
 BATCHES = [1, 8, 64, 256]
+# Alternatives timed next to the plan's default: (kernel, splits); None splits = the plan's choice.
+ALTERNATIVES = {1: [("gemv_mma", 1), ("gemv_mma", None)], 8: [("gemv_mma", 1), ("gemv_mma", None)],
+                64: [("gemv_mma", 1), ("gemv_mma", None)], 256: [("gemv_mma", 1)]}
 STREAM_LAUNCHES = 16
 SPIN = """extern "C" __global__ void spin(long long cycles) {
     long long t0 = clock64();
@@ -41,9 +45,11 @@ SPIN = """extern "C" __global__ void spin(long long cycles) {
 }"""
 
 
-def time_case(mod, spin, stream, name: str, N: int, K: int, out: str, B: int, reps: int) -> dict:
-    """Median single-launch and back-to-back times of one projection at batch ``B``."""
-    plan = gemv_plan(B, N, K, out)
+def time_case(mod, spin, stream, name: str, N: int, K: int, out: str, B: int, reps: int,
+              kernel: str | None = None, splits: int | None = None) -> dict:
+    """Median single-launch and back-to-back times of one projection at batch ``B`` (plan overrides:
+    ``kernel``, ``splits``)."""
+    plan = gemv_plan(B, N, K, out, kernel, splits)
     w_bytes = N * K * 2
     copies = max(2, math.ceil(3 * L2_BYTES / w_bytes))
     ws = [DeviceBuffer((N, K), ml_dtypes.bfloat16) for _ in range(copies)]  # [N, K] each
@@ -90,7 +96,9 @@ def time_case(mod, spin, stream, name: str, N: int, K: int, out: str, B: int, re
     us, us_stream = float(np.median(single)), float(np.median(back))
     for buf in (*ws, x, y, work):
         buf.close()
-    return {"name": name, "N": N, "K": K, "out": out, "B": B, "kernel": plan.kernel, "grid": list(plan.grid),
+    return {"name": name, "N": N, "K": K, "out": out, "B": B,
+            "plan": "default" if kernel is None else "override",
+            "kernel": plan.kernel, "grid": list(plan.grid),
             "splits": plan.splits, "mbytes": moved / 1e6, "single_us": us, "stream_us": us_stream,
             "gbs": moved / us / 1e3, "ratio": moved / us / 1e3 / HBM_GBS,
             "stream_gbs": moved / us_stream / 1e3, "stream_ratio": moved / us_stream / 1e3 / HBM_GBS,
@@ -103,21 +111,27 @@ def main() -> None:
         "gemv_bandwidth.json"
     ap.add_argument("--out", default=default_out, help="JSON results path")
     ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--alternatives", action="store_true", help="also time the other kernels (tuning)")
     a = ap.parse_args()
     dev = device()
     mod, spin = Module.from_file("gemv"), Module.from_source(SPIN, "spin.cu")
-    attrs = {k: mod.kernel(k).attributes() for k in ("gemv", "gemv_wide", "gemm_tc", "splitk_reduce")}
+    names = ("gemv", "gemv_wide", "gemv_mma", "gemm_tc", "splitk_reduce")
+    attrs = {k: mod.kernel(k).attributes() for k in names}
     rows = []
     with Stream.create() as stream:
         for B in BATCHES:
             for name, N, K, out in SHAPES:
                 rows.append(time_case(mod, spin, stream, name, N, K, out, B, a.reps))
+                if a.alternatives:
+                    for kernel, splits in ALTERNATIVES[B]:
+                        rows.append(time_case(mod, spin, stream, name, N, K, out, B, a.reps, kernel, splits))
 
     print(f"{dev.name}  registers: " + ", ".join(f"{k}={v['registers']}" for k, v in attrs.items()))
-    print(f"{'proj':>8} {'N':>6} {'K':>5} {'B':>4} {'kernel':>9} {'spl':>3} {'MB':>7} {'us':>8} {'GB/s':>6} "
+    print(f"{'proj':>8} {'N':>6} {'K':>5} {'B':>4} {'kernel':>10} {'spl':>3} {'MB':>7} {'us':>8} {'GB/s':>6} "
           f"{'/4270':>6} {'strm us':>8} {'GB/s':>6} {'/4270':>6}")
     for r in rows:
-        print(f"{r['name']:>8} {r['N']:>6} {r['K']:>5} {r['B']:>4} {r['kernel']:>9} {r['splits']:>3} "
+        kernel = r["kernel"] + ("" if r["plan"] == "default" else "*")
+        print(f"{r['name']:>8} {r['N']:>6} {r['K']:>5} {r['B']:>4} {kernel:>10} {r['splits']:>3} "
               f"{r['mbytes']:>7.2f} {r['single_us']:>8.2f} {r['gbs']:>6.0f} {r['ratio']:>6.2f} "
               f"{r['stream_us']:>8.2f} {r['stream_gbs']:>6.0f} {r['stream_ratio']:>6.2f}")
     result = BenchResult("gemv_bandwidth", collect_metadata(),

@@ -17,6 +17,9 @@
 //   64 (batch) x 64 (weight rows) tile and one K range; 64-wide K tiles, double-buffered in shared memory with
 //   the next tile prefetched into registers.
 //   grid = (ceil(B / 64), ceil(N / 64), splits), block = (128,), shared = 0 (36 KiB static)
+// gemv_mma (any B; passes of 8 / 16 / 32 batch rows): GEMV on tensor cores, W streamed from global memory
+//   straight into mma.sync A fragments (16 x 16-byte loads in flight per lane), x^T as the B operand.
+//   grid = (ceil(N / 16), splits), block = (256,), shared = 0 (static)
 // splitk_reduce: y = epilogue(sum_{s < splits} partial[s]) in fixed order (bit-identical run to run).
 //   grid = (ceil(B * N / 256),), block = (256,), shared = 0
 //
@@ -33,6 +36,7 @@
 #define GEMV_ROWS 4
 #define GEMV_UNROLL 2
 #define GEMV_MAX_NB 16
+#define GEMV_MMA_UNROLL 8
 
 // Write one output element; `split` selects the partial slab for OUT_PARTIAL.
 __device__ __forceinline__ void store_out(void* y, int mode, int split, int B, int N, int b, int n, float v) {
@@ -256,6 +260,86 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
         const int m = e / TC_N, n = e % TC_N;
         if (m0 + m < B && n0 + n < N) store_out(y, mode, blockIdx.z, B, N, m0 + m, n0 + n, cs[m * TC_LDC + n]);
     }
+}
+
+// gemv_mma: weight-streaming GEMV on tensor cores ("swap AB": W is the 16-row A operand, x^T the 8-column B
+// operand). Lane (g, t) of a warp loads 16 bytes of weight rows g and g + 8 at k = base + 8t and 16 bytes of
+// batch row g at the same k: one load pair feeds two m16n8k16 MMAs, because the sum over k does not care which
+// physical k each fragment slot holds as long as A and B use the same map (slot k 2t, 2t+1 / 2t+8, 2t+9 of MMA j
+// <- base + 8t + 4j + 0, 1 / 2, 3). A block = 8 warps owns 16 weight rows; the warps interleave over 32-wide
+// K slabs, GEMV_MMA_UNROLL slabs (2 x 16 bytes each) in flight per lane, then reduce in fixed order.
+template <int NT>  // n8 batch tiles per pass: batch rows per pass = 8 * NT
+__device__ __forceinline__ void gemv_mma_pass(void* y, const bf16* __restrict__ x, const bf16* __restrict__ w,
+                                              int b0, int nb, int B, int N, int K, int k0, int k1, int mode) {
+    __shared__ float red[8][16][8 * NT + 1];  // [warp][weight row][batch column], padded
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t8 = (lane & 3) * 8;
+    const int n0 = blockIdx.x * 16;
+    const bf16* wlo = w + (size_t)min(n0 + g, N - 1) * K;  // rows past N: loaded, never stored
+    const bf16* whi = w + (size_t)min(n0 + g + 8, N - 1) * K;
+    float d[NT][4];
+#pragma unroll
+    for (int i = 0; i < NT; ++i) d[i][0] = d[i][1] = d[i][2] = d[i][3] = 0.0f;
+
+    constexpr int ROUND = 32 * 8;  // K covered by the 8 warps' slabs side by side
+    for (int kb = k0 + warp * 32; kb < k1; kb += ROUND * GEMV_MMA_UNROLL) {
+        uint4 lo[GEMV_MMA_UNROLL], hi[GEMV_MMA_UNROLL];
+#pragma unroll
+        for (int u = 0; u < GEMV_MMA_UNROLL; ++u) {
+            const int k = kb + u * ROUND + t8;
+            const bool ok = k < k1;
+            lo[u] = ok ? ldg_stream(wlo + k) : make_uint4(0, 0, 0, 0);
+            hi[u] = ok ? ldg_stream(whi + k) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < GEMV_MMA_UNROLL; ++u) {
+            if (kb + u * ROUND >= k1) break;  // warp-uniform
+            const int k = kb + u * ROUND + t8;
+#pragma unroll
+            for (int i = 0; i < NT; ++i) {
+                const int b = g + 8 * i;
+                const uint4 xv = b < nb && k < k1
+                    ? __ldg(reinterpret_cast<const uint4*>(x + (size_t)(b0 + b) * K + k)) : make_uint4(0, 0, 0, 0);
+                const unsigned a0[4] = {lo[u].x, hi[u].x, lo[u].y, hi[u].y}, b0f[2] = {xv.x, xv.y};
+                const unsigned a1[4] = {lo[u].z, hi[u].z, lo[u].w, hi[u].w}, b1f[2] = {xv.z, xv.w};
+                mma_bf16_16816(d[i], a0, b0f);
+                mma_bf16_16816(d[i], a1, b1f);
+            }
+        }
+    }
+
+    const int t2 = (lane & 3) * 2;
+#pragma unroll
+    for (int i = 0; i < NT; ++i) {  // D fragment: rows g, g + 8; columns (batch) 8i + t2, + 1
+        red[warp][g][8 * i + t2] = d[i][0];
+        red[warp][g][8 * i + t2 + 1] = d[i][1];
+        red[warp][g + 8][8 * i + t2] = d[i][2];
+        red[warp][g + 8][8 * i + t2 + 1] = d[i][3];
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < 16 * 8 * NT; e += blockDim.x) {
+        const int r = e / (8 * NT), c = e % (8 * NT);
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) s += red[i][r][c];
+        if (c < nb && n0 + r < N) store_out(y, mode, blockIdx.y, B, N, b0 + c, n0 + r, s);
+    }
+    __syncthreads();  // red is reused by the next pass
+}
+
+template <int NT>
+__device__ __forceinline__ void gemv_mma_all(void* y, const bf16* x, const bf16* w, int B, int N, int K, int k0,
+                                             int k1, int mode) {
+    for (int b0 = 0; b0 < B; b0 += 8 * NT)
+        gemv_mma_pass<NT>(y, x, w, b0, min(8 * NT, B - b0), B, N, K, k0, k1, mode);
+}
+
+extern "C" __global__ void __launch_bounds__(256) gemv_mma(void* y, const bf16* __restrict__ x,
+                                                           const bf16* __restrict__ w, int B, int N, int K,
+                                                           int k_chunk, int mode) {
+    const int k0 = blockIdx.y * k_chunk, k1 = min(K, k0 + k_chunk);
+    if (B <= 8) gemv_mma_all<1>(y, x, w, B, N, K, k0, k1, mode);
+    else if (B <= 16) gemv_mma_all<2>(y, x, w, B, N, K, k0, k1, mode);
+    else gemv_mma_all<4>(y, x, w, B, N, K, k0, k1, mode);
 }
 
 extern "C" __global__ void splitk_reduce(void* y, const float* __restrict__ partial, int B, int N, int splits,

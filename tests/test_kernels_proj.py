@@ -25,6 +25,7 @@ FILES = ["embedding", "rmsnorm", "gemv", "silu_mul", "sample"]
 GEMV_SHAPES = [(6144, 2048), (2048, 2048), (11264, 2048), (2048, 5632), (32000, 2048), (2304, 768),
                (768, 768), (768, 2048), (64, 64), (99, 40)]
 BATCHES = [1, 3, 8, 16, 37, 64, 256]
+VARIANTS = [("gemv", None), ("gemv_wide", None), ("gemv_mma", 1), ("gemv_mma", 3), ("gemm_tc", None)]
 
 
 # ---------------------------------------------------------------- CPU: compile, signatures, plans, hash
@@ -86,6 +87,16 @@ def test_gemv_plan(B, N, K):
         assert red.args["mode"] == OUT_MODES["residual"] and red.grid[0] * red.block[0] >= B * N
         with pytest.raises(ValueError, match="workspace"):
             plan.launches("y", "x", "w", None, B, N, K)
+
+
+@pytest.mark.parametrize("kernel,rows,threads", [("gemv", 4, 128), ("gemv_wide", 4, 128),
+                                                 ("gemv_mma", 16, 256)])
+def test_gemv_plan_override(kernel, rows, threads):
+    plan = gemv_plan(5, 2048, 5632, "f32", kernel=kernel, splits=3)
+    assert (plan.kernel, plan.grid, plan.block) == (kernel, (2048 // rows, 3, 1), (threads, 1, 1))
+    assert plan.k_chunk == 1920 and plan.mode == PARTIAL and plan.out_mode == OUT_MODES["f32"]
+    with pytest.raises(ValueError, match="unknown gemv kernel"):
+        gemv_plan(1, 64, 64, kernel="gemv_fast")
 
 
 def test_gemv_plan_rejects_bad_shapes():
@@ -157,9 +168,9 @@ def launch(module, name, grid, block, stream, shared=0, **args):
     k.launch(LaunchShape(grid, block, shared), k.args(**args), stream)
 
 
-def run_gemv(module, y, x, w, B, N, K, out, stream):
+def run_gemv(module, y, x, w, B, N, K, out, stream, kernel=None, splits=None):
     """Launch the plan for one projection (workspace poisoned too) and return the plan."""
-    plan = gemv_plan(B, N, K, out)
+    plan = gemv_plan(B, N, K, out, kernel, splits)
     ws = poisoned((max(plan.workspace_bytes, 1),), np.uint8, stream) if plan.splits > 1 else None
     for step in plan.launches(y, x, w, ws, B, N, K):
         launch(module, step.kernel, step.grid, step.block, stream, step.shared, **step.args)
@@ -253,6 +264,12 @@ def test_gemv(mods, stream, rng, N, K):
         np.testing.assert_allclose(outs["f32"], want, rtol=1e-5, atol=1e-4, err_msg=where)
         np.testing.assert_allclose(outs["residual"], res.astype(np.float64) + want, rtol=1e-2, atol=1e-2,
                                    err_msg=where)
+        for kernel, splits in VARIANTS:  # every kernel is correct at every B, with and without split-K
+            y = poisoned((B, N), BF16, stream)
+            plan = run_gemv(mods["gemv"], y, xd, wd, B, N, K, "bf16", stream, kernel, splits)
+            stream.synchronize()
+            np.testing.assert_allclose(y.to_numpy().astype(np.float64), want, rtol=1e-2, atol=1e-2,
+                                       err_msg=f"B={B} N={N} K={K} {plan}")
 
 
 # ---------------------------------------------------------------- GPU: argmax, sample

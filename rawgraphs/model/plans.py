@@ -8,6 +8,8 @@
 - ``2 <= B <= 16``: ``gemv_wide``, the same streaming with up to 16 batch rows of accumulators, so each weight
   row is read once per launch.
 - ``B > 16``: ``gemm_tc``, 64 x 64 output tiles on tensor cores (mma.sync bf16, fp32 accumulate).
+- ``gemv_mma`` (any B, by override): 16 weight rows per 256-thread block streamed straight into tensor-core
+  fragments, 16 x 16-byte loads in flight per lane.
 
 When the grid would leave SMs idle (fewer than ``2 * SMS`` blocks) the K range is split: the main kernel
 writes fp32 partials to a **workspace** ``[splits, B, N]`` (``plan.workspace_bytes``) and ``splitk_reduce``
@@ -33,6 +35,7 @@ PARTIAL = 3  # mode: write fp32 partials of one K split
 SMS = 132  # streaming multiprocessors of the H200
 GEMV_ROWS = 4  # weight rows per gemv / gemv_wide block (GEMV_ROWS in gemv.cu)
 TC_TILE = 64  # gemm_tc output tile edge (TC_M == TC_N in gemv.cu)
+MMA_ROWS = 16  # weight rows per gemv_mma block
 REDUCE_THREADS = 256
 
 
@@ -80,30 +83,41 @@ class GemvPlan:
                        dict(y=y, partial=workspace, B=B, N=N, splits=self.splits, mode=self.out_mode))]
 
 
-def _splits(blocks: int, K: int, min_chunk: int) -> tuple[int, int]:
-    """(splits, k_chunk): enough K splits to give about 2 blocks per SM, each at least ``min_chunk`` long."""
+def _splits(blocks: int, K: int, min_chunk: int, force: int | None) -> tuple[int, int]:
+    """(splits, k_chunk): enough K splits to give about 2 blocks per SM, each at least ``min_chunk`` long
+    (or about ``force`` splits)."""
     want = math.ceil(2 * SMS / blocks) if blocks < 2 * SMS else 1
-    splits = max(1, min(want, K // min_chunk))
+    splits = max(1, min(want, K // min_chunk)) if force is None else max(1, min(force, K // 8))
     k_chunk = math.ceil(math.ceil(K / splits) / 64) * 64
     return math.ceil(K / k_chunk), k_chunk
 
 
-def gemv_plan(B: int, N: int, K: int, out: str = "bf16") -> GemvPlan:
-    """The launch plan for ``y[B, N] (out) x[B, K] @ W[N, K]^T``; ``K % 8 == 0`` (16-byte rows)."""
+def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = None,
+              splits: int | None = None) -> GemvPlan:
+    """The launch plan for ``y[B, N] (out) x[B, K] @ W[N, K]^T``; ``K % 8 == 0`` (16-byte rows).
+
+    ``kernel`` and ``splits`` override the choice (every kernel is correct for every ``B``; tests and the
+    benchmark compare them).
+    """
     if B < 1 or N < 1 or K < 8 or K % 8:
         raise ValueError(f"gemv needs B >= 1, N >= 1 and K a positive multiple of 8; got B={B}, N={N}, K={K}")
     if out not in OUT_MODES:
         raise ValueError(f"out must be one of {sorted(OUT_MODES)}, got {out!r}")
-    if B <= 16:
-        kernel, block = ("gemv" if B == 1 else "gemv_wide"), (128, 1, 1)
-        tiles = math.ceil(N / GEMV_ROWS)
-        splits, k_chunk = _splits(tiles, K, 512)
+    kernel = kernel or ("gemv" if B == 1 else "gemv_wide" if B <= 16 else "gemm_tc")
+    if kernel in ("gemv", "gemv_wide"):
+        block, tiles = (128, 1, 1), math.ceil(N / GEMV_ROWS)
+        splits, k_chunk = _splits(tiles, K, 512, splits)
         grid = (tiles, splits, 1)
-    else:
-        kernel, block = "gemm_tc", (128, 1, 1)
-        tm, tn = math.ceil(B / TC_TILE), math.ceil(N / TC_TILE)
-        splits, k_chunk = _splits(tm * tn, K, 256)
+    elif kernel == "gemv_mma":
+        block, tiles = (256, 1, 1), math.ceil(N / MMA_ROWS)
+        splits, k_chunk = _splits(tiles, K, 1024, splits)
+        grid = (tiles, splits, 1)
+    elif kernel == "gemm_tc":
+        block, tm, tn = (128, 1, 1), math.ceil(B / TC_TILE), math.ceil(N / TC_TILE)
+        splits, k_chunk = _splits(tm * tn, K, 256, splits)
         grid = (tm, tn, splits)
+    else:
+        raise ValueError(f"unknown gemv kernel {kernel!r}; one of gemv, gemv_wide, gemv_mma, gemm_tc")
     mode = OUT_MODES[out]
     if splits == 1:
         return GemvPlan(kernel, grid, block, 0, 1, k_chunk, mode, mode, 0, None)
