@@ -71,26 +71,35 @@ def record_launch(kernel, shape, args, stream) -> None:
     session.record_launch(kernel, shape, args, stream.handle)
 
 
+def _driver_nodes(graph: Graph) -> list:
+    n = check(driver.cuGraphGetNodes(graph.handle, 0), "cuGraphGetNodes")[1]
+    return list(check(driver.cuGraphGetNodes(graph.handle, n), "cuGraphGetNodes")[0]) if n else []
+
+
 class capture:
     """``with capture(stream, mode="global") as graph:`` (also ``Graph.capture(stream)``).
 
     ``mode`` is ``global`` (default: any thread's unsafe call such as ``cuMemAlloc`` breaks the capture, the
-    safest), ``thread_local`` or ``relaxed``.
+    safest), ``thread_local`` or ``relaxed``. ``into`` captures into an existing graph instead of a new one
+    (e.g. the body of a conditional node); on failure the nodes this capture added to it are removed again.
     """
 
-    def __init__(self, stream: Stream, mode: str = "global"):
+    def __init__(self, stream: Stream, mode: str = "global", into: Graph | None = None):
         if mode not in _MODES:
             raise ValueError(f"capture mode must be one of {sorted(_MODES)}, got {mode!r}")
-        self.stream, self.mode = stream, mode
+        self.stream, self.mode, self.into = stream, mode, into
         self.graph: Graph | None = None
 
     def __enter__(self) -> Graph:
-        graph = Graph()
+        graph = self.into if self.into is not None else Graph()
+        self._before = {int(h) for h in _driver_nodes(graph)} if self.into is not None else set()
+        self._records = len(graph.nodes)
         try:
-            check(driver.cuStreamBeginCaptureToGraph(self.stream.handle, graph.handle, None, None, 0,
+            check(driver.cuStreamBeginCaptureToGraph(self.stream.handle, graph._live(), None, None, 0,
                                                      _MODES[self.mode]), "cuStreamBeginCaptureToGraph")
         except CudaError as e:
-            graph.close()
+            if self.into is None:
+                graph.close()
             raise CaptureError(e, capture_status(self.stream), e.call) from None
         self.graph = graph
         state.depth += 1
@@ -105,7 +114,7 @@ class capture:
         err, _ = driver.cuStreamEndCapture(self.stream.handle)  # always end: the stream is usable afterwards
         if exc is None and not err:
             return False
-        self.graph.close()  # discard the partial graph; it is ours (captured *to* our graph)
+        self._discard()
         if isinstance(exc, CaptureError):
             return False
         if isinstance(exc, CudaError):
@@ -113,4 +122,17 @@ class capture:
         if exc is not None:
             return False  # a Python error inside the block: re-raise it as it is
         raise CaptureError(error_from(err), status, "cuStreamEndCapture")
+
+    def _discard(self) -> None:
+        """Drop what the failed capture recorded: the whole graph, or only the nodes it added to ``into``."""
+        g = self.graph
+        if self.into is None:
+            g.close()
+            return
+        for h in _driver_nodes(g):
+            if int(h) not in self._before:
+                driver.cuGraphDestroyNode(h)
+        for node in g.nodes[self._records:]:
+            del g._by_name[node.name], g._by_key[node.key]
+        del g.nodes[self._records:]
 

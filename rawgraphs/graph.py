@@ -239,10 +239,11 @@ class Graph:
         return GraphExec(self, **flags)
 
     @classmethod
-    def capture(cls, stream, mode: str = "global"):
-        """Context manager recording work on ``stream`` into a new graph (see :mod:`rawgraphs.capture`)."""
+    def capture(cls, stream, mode: str = "global", into: Graph | None = None):
+        """Context manager recording work on ``stream`` into a new graph, or into ``into`` (see
+        :mod:`rawgraphs.capture`)."""
         from .capture import capture
-        return capture(stream, mode)
+        return capture(stream, mode, into)
 
     def close(self) -> None:
         """Close the graph (idempotent): no more building. The driver graph is destroyed now, or when the last

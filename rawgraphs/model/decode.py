@@ -19,7 +19,7 @@ from ..graph import Graph
 from ..compiler import kernel_dir
 from ..kernel import Kernel, KernelArgs, LaunchShape, Module, Signature, parse_signatures
 from ..memory import DeviceBuffer, DeviceView, HostBuffer
-from .attn_plan import BLOCK_SIZE, attention_plan_for
+from .attn_plan import BLOCK_SIZE, attention_plan_for, workspace_elements
 from .config import ModelConfig
 from .plans import gemv_plan, max_workspace_bytes
 from .weights import Weights
@@ -147,9 +147,9 @@ class DecodeModel:
         shapes = [(qkv_dim, D), (D, H * hd), (2 * F, D), (D, F), (V, D)]
         sizes = range(1, B + 1)
         self.workspace = new(max(max_workspace_bytes(sizes, shapes), 4), np.uint8)
-        ap = attention_plan_for(c, B)
-        self.part_o = new(max(math.prod(ap.part_o_shape), 1), np.float32)
-        self.part_ml = new(max(math.prod(ap.part_ml_shape), 1), np.float32)
+        n_o, n_ml = workspace_elements([attention_plan_for(c, b) for b in sizes])  # a small B may split more
+        self.part_o = new(max(n_o, 1), np.float32)                     # attention split partials
+        self.part_ml = new(max(n_ml, 1), np.float32)
         if new is _plan_view:
             return
         # pinned staging for inputs and outputs (async copies; stable addresses)
@@ -192,7 +192,7 @@ class DecodeModel:
             out.append(Launch(p + "attention", k[ap.kernel], ap.attention, k[ap.kernel].args(
                 out=self.attn, part_o=self.part_o, part_ml=self.part_ml, q=self.q, k_cache=L.k_cache,
                 v_cache=L.v_cache, block_tables=self.block_tables, positions=self.positions,
-                max_blocks=self.max_blocks, n_heads=H, n_kv_heads=KVH, heads_per_block=ap.heads_per_block,
+                max_blocks=self.max_blocks, n_heads=H, n_kv_heads=KVH,
                 partition=ap.partition, max_splits=ap.max_splits, scale=ap.scale)))
             if ap.combine:
                 out.append(Launch(p + "attention.combine", k["attention_combine"], ap.combine_shape,

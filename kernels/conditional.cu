@@ -1,0 +1,62 @@
+// conditional.cu: kernels that steer conditional graph nodes (IF / IF-ELSE / WHILE / SWITCH) from device data.
+//
+// cudaGraphSetConditional is a device runtime builtin that NVRTC does not declare; it links with no -rdc and
+// no cudadevrt (verified on the H200), so we declare it here. A handle is a cudaGraphConditionalHandle
+// (unsigned long long) made by cuGraphConditionalHandleCreate.
+//
+// set_if:      condition = (*flag != 0)                              grid = (1,), block = (1,)
+// set_switch:  condition = clamp(*value, 0, n)  (n: no branch runs)  grid = (1,), block = (1,)
+// count_down:  condition = (--*counter > 0): a WHILE body that runs *counter times     grid = (1,), block = (1,)
+// decode_loop_tail: after one decode step of B rows inside a WHILE body:
+//     for each active row b (positions[b] >= 0, done[b] == 0): out[step * B + b] = next[b]; tokens[b] = next[b];
+//     on EOS done[b] = 1 and positions[b] = -1 (inactive from now on), else positions[b] += 1; then step += 1 and
+//     condition = step < max_steps && some row is active and not done.
+//   grid = (1,), block = (B rounded up to a multiple of 32, <= 1024)
+//   handle u64; next [B] int32; tokens [B] int32 (next step's input, written); positions [B] int32 (advanced);
+//   done [B] int32 (0/1); out [max_steps, B] int32; step [1] int32; max_steps, B, eos int32.
+
+typedef unsigned long long cudaGraphConditionalHandle;
+extern "C" __device__ __cudart_builtin__ void CUDARTAPI cudaGraphSetConditional(cudaGraphConditionalHandle handle,
+                                                                               unsigned int value);
+
+extern "C" __global__ void set_if(cudaGraphConditionalHandle handle, const int* __restrict__ flag) {
+    cudaGraphSetConditional(handle, *flag != 0);
+}
+
+extern "C" __global__ void set_switch(cudaGraphConditionalHandle handle, const int* __restrict__ value, int n) {
+    const int v = *value;
+    cudaGraphSetConditional(handle, (unsigned)(v < 0 ? n : (v > n ? n : v)));
+}
+
+extern "C" __global__ void count_down(cudaGraphConditionalHandle handle, int* __restrict__ counter) {
+    const int left = --*counter;
+    cudaGraphSetConditional(handle, left > 0);
+}
+
+extern "C" __global__ void decode_loop_tail(cudaGraphConditionalHandle handle, const int* __restrict__ next,
+                                            int* __restrict__ tokens, int* __restrict__ positions,
+                                            int* __restrict__ done, int* __restrict__ out, int* __restrict__ step,
+                                            int max_steps, int B, int eos) {
+    __shared__ int any_live;
+    const int b = threadIdx.x;
+    const int s = *step;  // every thread reads before thread 0 writes it back (barrier below)
+    if (b == 0) any_live = 0;
+    __syncthreads();
+    if (b < B && positions[b] >= 0 && !done[b]) {
+        const int t = next[b];
+        out[(size_t)s * B + b] = t;
+        tokens[b] = t;
+        if (t == eos) {
+            done[b] = 1;
+            positions[b] = -1;  // finished rows become inactive: later steps skip their attention
+        } else {
+            positions[b] += 1;
+            any_live = 1;  // benign race: every writer stores 1
+        }
+    }
+    __syncthreads();
+    if (b == 0) {
+        *step = s + 1;
+        cudaGraphSetConditional(handle, (s + 1 < max_steps) && any_live);
+    }
+}

@@ -1,0 +1,66 @@
+"""An on-device decode loop: one graph launch decodes up to N tokens for the whole batch and stops on EOS.
+
+Graph: memset(out = -1), memset(step = 0), memset(done = 0) -> WHILE { decode step ; decode_loop_tail }.
+The tail kernel (kernels/conditional.cu) appends each active row's token to ``out[step, b]``, feeds it back as
+the next input, advances the row's position (an EOS makes the row inactive), and keeps the loop going while
+``step < N`` and some row is still live. The host never sees a token until the loop ends (seed, constraint 3:
+control flow made data-driven on the GPU). Block tables must already cover ``position + N`` for every row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..conditional import add_conditional
+from ..context import Stream
+from ..graph import Graph
+from ..kernel import LaunchShape, Module
+from ..memory import DeviceBuffer, HostBuffer
+from .decode import DecodeModel
+
+__all__ = ["DeviceLoop"]
+
+
+class DeviceLoop:
+    """Decode up to ``max_steps`` tokens for ``B`` rows of ``model`` in one graph launch."""
+
+    def __init__(self, model: DecodeModel, B: int, max_steps: int, eos: int, stream: Stream):
+        if max_steps < 1:
+            raise ValueError("max_steps must be >= 1")
+        self.model, self.B, self.max_steps, self.eos, self.stream = model, B, max_steps, eos, stream
+        self.out = DeviceBuffer((max_steps, B), np.int32)  # [N, B] tokens per step (-1: row not live)
+        self.step = DeviceBuffer(1, np.int32)              # steps taken
+        self.done = DeviceBuffer(B, np.int32)              # [B] 1 once a row produced EOS
+        self.h_out, self.h_step = HostBuffer((max_steps, B), np.int32), HostBuffer(1, np.int32)
+        tail = Module.from_file("conditional").kernel("decode_loop_tail")
+        g = Graph()
+        init = [g.add_memset(self.out, 0xFF, name="out=-1"), g.add_memset(self.step, 0, name="step=0"),
+                g.add_memset(self.done, 0, name="done=0")]
+        loop = add_conditional(g, "while", default=1, deps=init, name="decode_loop")
+        body = loop.bodies[0]
+        with Graph.capture(stream, into=body):
+            model.run_eager(B, stream)
+            tail.launch(LaunchShape(1, (B + 31) // 32 * 32), tail.args(
+                handle=loop.handle, next=model.next_tokens, tokens=model.tokens, positions=model.positions,
+                done=self.done, out=self.out, step=self.step, max_steps=max_steps, B=B, eos=eos), stream)
+        self.graph, self.loop = g, loop
+        self.exe = g.instantiate()
+        self.exe.upload(stream)
+
+    def run(self, tokens, positions, block_tables) -> list[list[int]]:
+        """Feed the last prompt token of each row (position < 0: inactive row) and decode on the device;
+        returns each row's tokens up to and including its EOS."""
+        m, s = self.model, self.stream
+        m.set_inputs(tokens, positions, block_tables, s)
+        self.exe.launch(s)
+        self.out.download_async(self.h_out, self.out.nbytes, s)
+        self.step.download_async(self.h_step, 4, s)
+        s.synchronize()
+        steps = int(self.h_step.array[0])
+        out = self.h_out.array[:steps]  # [steps, B]
+        return [[int(t) for t in out[:, b] if t >= 0] for b in range(self.B)]
+
+    @property
+    def steps_taken(self) -> int:
+        """Loop iterations of the last ``run``."""
+        return int(self.h_step.array[0])
