@@ -57,7 +57,7 @@ class _Session:
 
 
 def record_launch(kernel, shape, args, stream) -> None:
-    """Record a rawgraphs launch into the capture of ``stream``: find the session capturing ``stream`` (also a stream forked into it)."""
+    """Record a rawgraphs launch into the capture of ``stream`` (also a stream forked into the capture)."""
     key = int(stream.handle)
     session = state.sessions.get(key)
     if session is None:

@@ -7,10 +7,10 @@ import platform
 import sys
 from importlib import metadata
 
+from .bench.report import format_table
 from .compiler import compile_file, kernel_files, nvrtc_version
 from .context import device, driver_version, gpu_available
 from .errors import NoDriverError
-from .bench.report import format_table
 from .kernel import Module, parse_signatures
 
 NO_GPU = "No NVIDIA GPU or driver found on this machine: running only what needs no GPU."

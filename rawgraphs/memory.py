@@ -12,8 +12,8 @@ import weakref
 import numpy as np
 from cuda.bindings import driver
 
-from .context import Stream, device
 from .capture_state import state as capture_state
+from .context import Stream, device
 from .errors import ClosedError, check
 
 __all__ = ["DeviceBuffer", "HostBuffer", "DeviceView", "as_view"]

@@ -7,8 +7,7 @@ import weakref
 import numpy as np
 import pytest
 
-from rawgraphs import (DeviceBuffer, Event, Graph, GraphUpdateError, HostBuffer, LaunchShape, Module, Stream,
-                       device)
+from rawgraphs import DeviceBuffer, Event, Graph, GraphUpdateError, HostBuffer, LaunchShape, Module, Stream, device
 
 pytestmark = pytest.mark.gpu
 N = 1000

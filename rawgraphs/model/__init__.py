@@ -1,7 +1,7 @@
 """Llama-style decode model: config, weights, and the float64 NumPy reference."""
 
-from .config import ModelConfig
 from .blocks import BlockAllocator, make_block_tables
+from .config import ModelConfig
 from .reference import ReferenceModel
 from .weights import LayerWeights, Weights
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
+from ..compiler import kernel_dir
 from ..context import Stream
 from ..graph import Graph
-from ..compiler import kernel_dir
 from ..kernel import Kernel, KernelArgs, LaunchShape, Module, Signature, parse_signatures
 from ..memory import DeviceBuffer, DeviceView, HostBuffer
 from .attn_plan import BLOCK_SIZE, attention_plan_for, workspace_elements

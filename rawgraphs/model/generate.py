@@ -92,7 +92,7 @@ def generate(model: DecodeModel, prompts: list[list[int] | None], n_new: int, st
         nxt = step(tokens, positions, make_block_tables(blocks, model.max_blocks))
         if keep_logits:
             out.logits.append(model.read_logits(B).copy())
-        for b, (s, prompt) in enumerate(zip(starts, prompts)):
+        for b, prompt in enumerate(prompts):
             if prompt is not None and positions[b] >= len(prompt) - 1:
                 out.tokens[b].append(int(nxt[b]))
         out.steps += 1
