@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from cuda.bindings import driver
 
-from .capture_state import state
+from .capture_state import capture_closed, capture_opened, state
 from .context import Stream
 from .errors import CaptureError, CudaError, check, error_from
 from .graph import Graph, Node
@@ -91,16 +91,24 @@ class capture:
         self.graph: Graph | None = None
 
     def __enter__(self) -> Graph:
-        graph = self.into if self.into is not None else Graph()
-        self._before = {int(h) for h in _driver_nodes(graph)} if self.into is not None else set()
-        self._records = len(graph.nodes)
+        s, mode = self.stream.handle, _MODES[self.mode]
+        capture_opened()  # before Begin: from here on, destructors run by the GC wait for the end
         try:
-            check(driver.cuStreamBeginCaptureToGraph(self.stream.handle, graph._live(), None, None, 0,
-                                                     _MODES[self.mode]), "cuStreamBeginCaptureToGraph")
-        except CudaError as e:
             if self.into is None:
-                graph.close()
+                # the driver owns the graph of a plain capture until EndCapture hands it over (it destroys
+                # it itself when the capture is invalidated), so we borrow it until then
+                check(driver.cuStreamBeginCapture(s, mode), "cuStreamBeginCapture")
+                graph = Graph(check(driver.cuStreamGetCaptureInfo(s), "cuStreamGetCaptureInfo")[2], owned=False)
+                self._before = set()
+            else:
+                graph = self.into
+                self._before = {int(h) for h in _driver_nodes(graph)}
+                check(driver.cuStreamBeginCaptureToGraph(s, graph._live(), None, None, 0, mode),
+                      "cuStreamBeginCaptureToGraph")
+        except CudaError as e:
+            capture_closed()
             raise CaptureError(e, capture_status(self.stream), e.call) from None
+        self._records = len(graph.nodes)
         self.graph = graph
         state.depth += 1
         state.sessions[int(self.stream.handle)] = _Session(graph, self.stream)
@@ -111,23 +119,35 @@ class capture:
         for key in [k for k, s in state.sessions.items() if s.graph is self.graph]:
             del state.sessions[key]
         status = capture_status(self.stream)
-        err, _ = driver.cuStreamEndCapture(self.stream.handle)  # always end: the stream is usable afterwards
+        err, handle = driver.cuStreamEndCapture(self.stream.handle)  # always end: the stream is usable afterwards
+        capture_closed()
+        if self.into is None and handle is not None and int(handle):
+            self.graph._adopt()  # ownership passes to us now (a NULL graph means the driver discarded it)
         if exc is None and not err:
             return False
-        self._discard()
+        # a capture *into* a graph that the driver invalidated may have destroyed that graph: never touch it again
+        broken = self.into is not None and (bool(err) or status != "ACTIVE")
+        self._discard(broken)
+        extra = (" The driver discarded the graph this capture wrote into (and the graph holding it, e.g. the "
+                 "parent of a conditional body): build that graph again." if broken else "")
         if isinstance(exc, CaptureError):
             return False
         if isinstance(exc, CudaError):
-            raise CaptureError(exc, status, exc.call) from exc
+            raise CaptureError(exc, status, exc.call, (exc.hint or "") + extra) from exc
         if exc is not None:
             return False  # a Python error inside the block: re-raise it as it is
-        raise CaptureError(error_from(err), status, "cuStreamEndCapture")
+        raise CaptureError(error_from(err), status, "cuStreamEndCapture", (error_from(err).hint or "") + extra)
 
-    def _discard(self) -> None:
+    def _discard(self, broken: bool) -> None:
         """Drop what the failed capture recorded: the whole graph, or only the nodes it added to ``into``."""
         g = self.graph
         if self.into is None:
-            g.close()
+            g.close()  # destroys it if we adopted it; an invalidated capture's graph is already gone
+            return
+        if broken:
+            for lost in (g, g.parent):
+                if lost is not None:
+                    lost._abandon()
             return
         for h in _driver_nodes(g):
             if int(h) not in self._before:
@@ -135,4 +155,3 @@ class capture:
         for node in g.nodes[self._records:]:
             del g._by_name[node.name], g._by_key[node.key]
         del g.nodes[self._records:]
-

@@ -14,7 +14,42 @@ from cuda.bindings import driver
 
 from .errors import CaptureError, error_from
 
-__all__ = ["state"]
+__all__ = ["state", "release"]
+
+_lock = threading.Lock()
+_open = 0  # captures open in this process, all threads
+_pending: list = []  # destructor calls held back while a capture is open
+
+
+def release(fn, *args) -> None:
+    """Run a destructor (cuMemFree, cuGraphDestroy, ...) now, or once no capture is open.
+
+    The garbage collector may run a finalizer in the middle of a capture; in global mode a free then
+    *invalidates the capture* (STREAM_CAPTURE_INVALIDATED on the next launch), so frees wait for its end.
+    """
+    with _lock:
+        if _open:
+            _pending.append((fn, args))
+            return
+    fn(*args)
+
+
+def capture_opened() -> None:
+    global _open
+    with _lock:
+        _open += 1
+
+
+def capture_closed() -> None:
+    """Called when a capture ends; runs the destructors held back once the last open capture is gone."""
+    global _open
+    with _lock:
+        _open -= 1
+        todo = _pending[:] if _open == 0 else []
+        if todo:
+            _pending.clear()
+    for fn, args in todo:
+        fn(*args)
 
 
 class _State(threading.local):

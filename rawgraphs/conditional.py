@@ -66,6 +66,8 @@ def _params(kind: str, handle: int, cases: int | None) -> driver.CUgraphNodePara
 
 def _finish(graph: Graph, handle_node, p, kind: str, handle: int, deps, name: str | None) -> Conditional:
     bodies = tuple(Graph(b, owned=False) for b in p.conditional.phGraph_out[:p.conditional.size])
+    for body in bodies:
+        body.parent = graph
     node = graph._record(Node(handle_node, "conditional", graph._name(name, kind), deps, pins=bodies))
     return Conditional(node, handle, kind, bodies)
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from cuda.bindings import driver
 
+from .capture_state import release
 from .errors import ClosedError, NoDriverError, check, check_driver_loaded
 
 __all__ = ["Device", "Stream", "Event", "init", "device", "gpu_available", "driver_version"]
@@ -96,7 +97,7 @@ def device(ordinal: int = 0) -> Device:
 
 
 def _destroy_stream(handle) -> None:
-    driver.cuStreamDestroy(handle)
+    release(driver.cuStreamDestroy, handle)
 
 
 class Stream:
@@ -159,7 +160,7 @@ class Stream:
 
 
 def _destroy_event(handle) -> None:
-    driver.cuEventDestroy(handle)
+    release(driver.cuEventDestroy, handle)
 
 
 class Event:

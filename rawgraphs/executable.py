@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from cuda.bindings import driver
 
+from .capture_state import release
 from .context import Stream
 from .errors import ClosedError, GraphUpdateError, check, error_from
 from .graph import Graph, Node, _show, kernel_node_params
@@ -65,7 +66,7 @@ class _ExecKernel:
 
 
 def _destroy_exec(handle) -> None:
-    driver.cuGraphExecDestroy(handle)
+    release(driver.cuGraphExecDestroy, handle)
 
 
 class GraphExec:
@@ -218,21 +219,21 @@ class GraphExec:
         Raises :class:`GraphUpdateError` with the reason (``TOPOLOGY_CHANGED``, ``FUNCTION_CHANGED``, ...) and the
         offending node of ``graph``; the executable is then unchanged and still launches as before.
         """
+        old = [r.node for r in self._kernels.values()]
+        new = [n for n in graph.nodes if n.kind == "kernel"]
+        if len(new) != len(old):  # our records pair kernel nodes by construction order: refuse before the driver
+            extra = new[len(old)].name if len(new) > len(old) else None
+            raise GraphUpdateError("TOPOLOGY_CHANGED", extra, f" ({len(new)} kernel nodes, this executable has "
+                                   f"{len(old)}; refused by rawgraphs before the driver)")
         info = _UpdateResultInfo()
         err = _libcuda().exec_update(int(self._live()), int(graph._live()), ctypes.byref(info))
         if err:
-            reason = driver.CUgraphExecUpdateResult(info.result).name.removeprefix("CU_GRAPH_EXEC_UPDATE_ERROR_")
-            bad = graph._by_key.get(info.errorNode or 0) or self.graph._by_key.get(info.errorNode or 0)
             if err != driver.CUresult.CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE:
                 raise error_from(driver.CUresult(err), "cuGraphExecUpdate")
+            reason = driver.CUgraphExecUpdateResult(info.result).name.removeprefix("CU_GRAPH_EXEC_UPDATE_ERROR_")
+            bad = graph._by_key.get(info.errorNode or 0) or self.graph._by_key.get(info.errorNode or 0)
             raise GraphUpdateError(reason, bad.name if bad else (hex(info.errorNode) if info.errorNode else None))
-        # the driver paired nodes by topology; our records pair by construction order, checked by kernel
-        new = [n for n in graph.nodes if n.kind == "kernel"]
-        old = [r.node for r in self._kernels.values()]
-        if len(new) != len(old) or any(a.kernel.name != b.kernel.name for a, b in zip(old, new)):
-            raise ValueError("update applied, but the graphs' node records differ: re-instantiate to keep "
-                             "set_args by node working")
-        for a, b in zip(old, new):
+        for a, b in zip(old, new):  # the driver paired nodes by topology; our records pair in the same order
             self._kernels[a.key] = self._exec_record(a, b)  # the copied blocks pin what they point at
 
     def describe(self) -> list[dict]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from cuda.bindings import driver
 
+from .capture_state import release
 from .context import Event, device
 from .errors import ClosedError, check
 from .kernel import Kernel, KernelArgs, LaunchShape
@@ -68,7 +69,7 @@ def kernel_node_params(kernel: Kernel, shape: LaunchShape, args: KernelArgs) -> 
 
 
 def _destroy_graph(handle) -> None:
-    driver.cuGraphDestroy(handle)
+    release(driver.cuGraphDestroy, handle)
 
 
 class Graph:
@@ -83,7 +84,18 @@ class Graph:
         self._counter = itertools.count()
         self._finalizer = weakref.finalize(self, _destroy_graph, self.handle) if owned else None
         self._closed = False
+        self.parent: Graph | None = None  # the graph holding this one as a conditional body
         self._execs = weakref.WeakSet()  # executables name their nodes by our node handles: keep them valid
+
+    def _adopt(self) -> None:
+        """Take ownership of a borrowed handle (a capture's graph, handed over by cuStreamEndCapture)."""
+        self._finalizer = weakref.finalize(self, _destroy_graph, self.handle)
+
+    def _abandon(self) -> None:
+        """Close without destroying: the driver already invalidated (part of) this graph."""
+        self._closed = True
+        if self._finalizer is not None:
+            self._finalizer.detach()
 
     # ---- construction -------------------------------------------------------------------------------------
     def _live(self) -> driver.CUgraph:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from cuda.bindings import driver
 
+from .capture_state import release
 from .capture_state import state as capture_state
 from .compiler import Program, compile_file, compile_source
 from .context import Stream, device
@@ -304,7 +305,7 @@ class Kernel:
 
 
 def _unload(handle) -> None:
-    driver.cuModuleUnload(handle)
+    release(driver.cuModuleUnload, handle)
 
 
 class Module:

@@ -12,6 +12,7 @@ import weakref
 import numpy as np
 from cuda.bindings import driver
 
+from .capture_state import release
 from .capture_state import state as capture_state
 from .context import Stream, device
 from .errors import ClosedError, check
@@ -91,7 +92,7 @@ class _Array:
 
 
 def _free(ptr: int) -> None:
-    driver.cuMemFree(ptr)
+    release(driver.cuMemFree, ptr)
 
 
 class DeviceBuffer(_Array):
@@ -134,7 +135,7 @@ class DeviceBuffer(_Array):
 
 
 def _free_host(ptr: int) -> None:
-    driver.cuMemFreeHost(ptr)
+    release(driver.cuMemFreeHost, ptr)
 
 
 class HostBuffer:

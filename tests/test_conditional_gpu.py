@@ -4,7 +4,7 @@ capture; a conditional inside a captured graph; a failed body capture leaves eve
 import numpy as np
 import pytest
 
-from rawgraphs import CaptureError, DeviceBuffer, Graph, LaunchShape, Module, Stream
+from rawgraphs import CaptureError, ClosedError, DeviceBuffer, Graph, LaunchShape, Module, Stream
 from rawgraphs.conditional import add_conditional, capture_conditional, create_handle
 
 pytestmark = pytest.mark.gpu
@@ -116,7 +116,7 @@ def test_bodies_by_capture_and_a_conditional_inside_a_captured_graph(k, stream, 
     np.testing.assert_array_equal(out.to_numpy(), np.float32(10) * xs + xs)
 
 
-def test_failed_capture_into_a_body_removes_its_nodes_and_stays_usable(k, stream, rng):
+def test_failed_capture_into_a_body_is_a_clear_error_and_the_process_stays_usable(k, stream, rng):
     x = DeviceBuffer.from_numpy(rng.standard_normal(N).astype(np.float32))
     out = DeviceBuffer(N, np.float32)
     g = Graph()
@@ -125,10 +125,30 @@ def test_failed_capture_into_a_body_removes_its_nodes_and_stays_usable(k, stream
         with Graph.capture(stream, into=cond.bodies[0]):
             k["axpb"].launch(ROW, k["axpb"].args(**axpb(k, out, x, 5.0)), stream)
             stream.synchronize()
-    assert ei.value.name == "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"
-    assert cond.bodies[0].nodes == [] and cond.bodies[0].node_count() == 0
-    with Graph.capture(stream, into=cond.bodies[0]):  # try again: same body, now right
+    assert ei.value.name == "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED" and "build that graph again" in ei.value.hint
+    with pytest.raises(ClosedError):  # the driver invalidated the body, so the parent is not instantiated
+        g.instantiate()
+    g2 = Graph()  # the process, the stream and new graphs work
+    cond2 = add_conditional(g2, "if", default=1)
+    with Graph.capture(stream, into=cond2.bodies[0]):
         k["axpb"].launch(ROW, k["axpb"].args(**axpb(k, out, x, 5.0)), stream)
-    g.instantiate().launch(stream)
+    g2.instantiate().launch(stream)
     stream.synchronize()
     np.testing.assert_array_equal(out.to_numpy(), np.float32(5) * x.to_numpy())
+
+
+def test_python_error_inside_a_body_capture_removes_only_its_nodes(k, stream, rng):
+    x = DeviceBuffer.from_numpy(rng.standard_normal(N).astype(np.float32))
+    out = DeviceBuffer(N, np.float32)
+    g = Graph()
+    cond = add_conditional(g, "if", default=1)
+    body = cond.bodies[0]
+    first = body.add_kernel(k["axpb"], ROW, axpb(k, out, x, 3.0), name="kept")
+    with pytest.raises(KeyError):
+        with Graph.capture(stream, into=body):
+            k["add"].launch(ROW, k["add"].args(out=out, x=out, y=x, n=N), stream)
+            raise KeyError("user bug")
+    assert body.nodes == [first] and body.node_count() == 1
+    g.instantiate().launch(stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(out.to_numpy(), np.float32(3) * x.to_numpy())
