@@ -8,18 +8,18 @@
 //   3 OUT_PARTIAL   y fp32 [splits, B, N]    y[s] = partial sum over split s's K range (split-K;
 //                                            splitk_reduce then sums the splits in order and applies 0/1/2)
 //
-// gemv (B = 1; a larger B runs one pass per row) and gemv_wide (B <= 16 per pass; passes of 16 above).
-//   Weight-streaming GEMV: a block owns
-//   GEMV_ROWS = 4 weight rows and one K range; each thread streams 16-byte weight loads (GEMV_UNROLL x 4 rows
-//   in flight), multiplies them with every batch row of x (L1-cached), and the block reduces in fixed order.
-//   grid = (ceil(N / 4), splits), block = (128 or 256,), shared = 0
-// gemm_tc (B > 16): tiled skinny GEMM on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate). A block owns a
-//   64 (batch) x 64 (weight rows) tile and one K range; 64-wide K tiles, double-buffered in shared memory with
-//   the next tile prefetched into registers.
-//   grid = (ceil(B / 64), ceil(N / 64), splits), block = (128,), shared = 0 (36 KiB static)
-// gemv_mma (any B; passes of 8 / 16 / 32 batch rows): GEMV on tensor cores, W streamed from global memory
-//   straight into mma.sync A fragments (16 x 16-byte loads in flight per lane), x^T as the B operand.
-//   grid = (ceil(N / 16), splits), block = (256,), shared = 0 (static)
+// Kernels (gemv_plan picks one by B; each is correct for every B, and tests check each at every B):
+// gemv (B = 1): weight-streaming GEMV on CUDA cores. A block owns GEMV_ROWS = 4 weight rows and one K range;
+//   each thread streams 16-byte weight loads (GEMV_UNROLL x 4 rows in flight), multiplies them with the x row
+//   (L1-cached) and the block reduces in fixed order. A larger B runs one pass per batch row.
+//   grid = (ceil(N / 4), splits), block = (128,) (any multiple of 32 up to 1024), shared = 0
+// gemv_mma (2 <= B <= 16; passes of 8 / 16 / 32 batch rows): GEMV on tensor cores, W streamed from global
+//   memory straight into mma.sync A fragments (16 x 16-byte loads in flight per lane), x^T as the B operand.
+//   grid = (ceil(N / 16), splits), block = (256,) (exactly), shared = 0 (static)
+// gemm_tc (B > 16): tiled skinny GEMM on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate). A block owns
+//   a 64 (batch) x 64 (weight rows) tile and one K range; 64-wide K tiles, double-buffered in shared memory
+//   with the next tile prefetched into registers.
+//   grid = (ceil(B / 64), ceil(N / 64), splits), block = (128,) (exactly), shared = 0 (36 KiB static)
 // splitk_reduce: y = epilogue(sum_{s < splits} partial[s]) in fixed order (bit-identical run to run).
 //   grid = (ceil(B * N / 256),), block = (256,), shared = 0
 //
@@ -35,7 +35,6 @@
 
 #define GEMV_ROWS 4
 #define GEMV_UNROLL 2
-#define GEMV_MAX_NB 16
 #define GEMV_MMA_UNROLL 8
 
 // Write one output element; `split` selects the partial slab for OUT_PARTIAL.
@@ -54,6 +53,7 @@ __device__ __forceinline__ void store_out(void* y, int mode, int split, int B, i
 }
 
 // One pass over batch rows [b0, b0 + nb), nb <= NB, for this block's GEMV_ROWS rows and K range [k0, k1).
+// gemv instantiates NB = 1: every register saved is another resident block (tensor cores take B >= 2).
 template <int NB>
 __device__ __forceinline__ void gemv_pass(void* y, const bf16* __restrict__ x, const bf16* __restrict__ w,
                                           int b0, int nb, int B, int N, int K, int k0, int k1, int mode) {
@@ -121,23 +121,11 @@ __device__ __forceinline__ void gemv_all(void* y, const bf16* x, const bf16* w, 
     for (int b0 = 0; b0 < B; b0 += NB) gemv_pass<NB>(y, x, w, b0, min(NB, B - b0), B, N, K, k0, k1, mode);
 }
 
-// Two entry points so the B = 1 one keeps few registers (44: more resident blocks, more loads in flight) while
-// the wide one holds up to 16 batch rows of accumulators.
 extern "C" __global__ void __launch_bounds__(256) gemv(void* y, const bf16* __restrict__ x,
                                                        const bf16* __restrict__ w, int B, int N, int K,
                                                        int k_chunk, int mode) {
     const int k0 = blockIdx.y * k_chunk, k1 = min(K, k0 + k_chunk);
     gemv_all<1>(y, x, w, B, N, K, k0, k1, mode);
-}
-
-extern "C" __global__ void __launch_bounds__(256) gemv_wide(void* y, const bf16* __restrict__ x,
-                                                            const bf16* __restrict__ w, int B, int N, int K,
-                                                            int k_chunk, int mode) {
-    const int k0 = blockIdx.y * k_chunk, k1 = min(K, k0 + k_chunk);
-    if (B <= 2) gemv_all<2>(y, x, w, B, N, K, k0, k1, mode);
-    else if (B <= 4) gemv_all<4>(y, x, w, B, N, K, k0, k1, mode);
-    else if (B <= 8) gemv_all<8>(y, x, w, B, N, K, k0, k1, mode);
-    else gemv_all<GEMV_MAX_NB>(y, x, w, B, N, K, k0, k1, mode);
 }
 
 #define TC_M 64

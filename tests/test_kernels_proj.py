@@ -25,7 +25,7 @@ FILES = ["embedding", "rmsnorm", "gemv", "silu_mul", "sample"]
 GEMV_SHAPES = [(6144, 2048), (2048, 2048), (11264, 2048), (2048, 5632), (32000, 2048), (2304, 768),
                (768, 768), (768, 2048), (64, 64), (99, 40)]
 BATCHES = [1, 3, 8, 16, 37, 64, 256]
-VARIANTS = [("gemv", None), ("gemv_wide", None), ("gemv_mma", 1), ("gemv_mma", 3), ("gemm_tc", None)]
+VARIANTS = [("gemv", None), ("gemv_mma", 1), ("gemv_mma", 3), ("gemm_tc", None)]
 
 
 # ---------------------------------------------------------------- CPU: compile, signatures, plans, hash
@@ -49,7 +49,7 @@ def test_signatures():
         "rmsnorm": "out: ptr, x: ptr, w: ptr, eps: f32, D: i32",
         "add_rmsnorm": "out: ptr, residual: ptr, x: ptr, w: ptr, eps: f32, D: i32",
         "gemv": "y: ptr, x: ptr, w: ptr, B: i32, N: i32, K: i32, k_chunk: i32, mode: i32",
-        "gemv_wide": "y: ptr, x: ptr, w: ptr, B: i32, N: i32, K: i32, k_chunk: i32, mode: i32",
+        "gemv_mma": "y: ptr, x: ptr, w: ptr, B: i32, N: i32, K: i32, k_chunk: i32, mode: i32",
         "gemm_tc": "y: ptr, x: ptr, w: ptr, B: i32, N: i32, K: i32, k_chunk: i32, mode: i32",
         "splitk_reduce": "y: ptr, partial: ptr, B: i32, N: i32, splits: i32, mode: i32",
         "silu_mul": "out: ptr, gu: ptr, F: i32",
@@ -65,8 +65,8 @@ def test_signatures():
 @pytest.mark.parametrize("N,K", GEMV_SHAPES)
 def test_gemv_plan(B, N, K):
     plan = gemv_plan(B, N, K, "residual")
-    assert plan.kernel == ("gemv" if B == 1 else "gemv_wide" if B <= 16 else "gemm_tc")
-    rows_per_block = 4 if B <= 16 else 64
+    assert plan.kernel == ("gemv" if B == 1 else "gemv_mma" if B <= 16 else "gemm_tc")
+    rows_per_block = 4 if B == 1 else 16 if B <= 16 else 64
     assert plan.grid[0 if B <= 16 else 1] * rows_per_block >= N
     if B > 16:
         assert plan.grid[0] * 64 >= B
@@ -74,7 +74,7 @@ def test_gemv_plan(B, N, K):
     assert plan.k_chunk % 64 == 0 and plan.splits * plan.k_chunk >= K > (plan.splits - 1) * plan.k_chunk
     assert plan.grid[1 if B <= 16 else 2] == plan.splits
     blocks = math.prod(plan.grid) // plan.splits
-    assert plan.splits == 1 or blocks < 2 * SMS
+    assert plan.splits == 1 or blocks < (SMS // 2 if plan.kernel == "gemv_mma" else 2 * SMS)
     launches = plan.launches("y", "x", "w", "ws", B, N, K)
     if plan.splits == 1:
         assert plan.mode == OUT_MODES["residual"] and plan.workspace_bytes == 0 and len(launches) == 1
@@ -89,11 +89,12 @@ def test_gemv_plan(B, N, K):
             plan.launches("y", "x", "w", None, B, N, K)
 
 
-@pytest.mark.parametrize("kernel,rows,threads", [("gemv", 4, 128), ("gemv_wide", 4, 128),
-                                                 ("gemv_mma", 16, 256)])
+@pytest.mark.parametrize("kernel,rows,threads",
+                         [("gemv", 4, 128), ("gemv_mma", 16, 256), ("gemm_tc", 64, 128)])
 def test_gemv_plan_override(kernel, rows, threads):
     plan = gemv_plan(5, 2048, 5632, "f32", kernel=kernel, splits=3)
-    assert (plan.kernel, plan.grid, plan.block) == (kernel, (2048 // rows, 3, 1), (threads, 1, 1))
+    grid = (1, 2048 // rows, 3) if kernel == "gemm_tc" else (2048 // rows, 3, 1)
+    assert (plan.kernel, plan.grid, plan.block) == (kernel, grid, (threads, 1, 1))
     assert plan.k_chunk == 1920 and plan.mode == PARTIAL and plan.out_mode == OUT_MODES["f32"]
     with pytest.raises(ValueError, match="unknown gemv kernel"):
         gemv_plan(1, 64, 64, kernel="gemv_fast")
