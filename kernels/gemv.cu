@@ -23,9 +23,9 @@
 // splitk_reduce: y = epilogue(sum_{s < splits} partial[s]) in fixed order (bit-identical run to run).
 //   grid = (ceil(B * N / 256),), block = (256,), shared = 0
 //
-// Arguments: y (see mode), x [B, K] bf16, w [N, K] bf16, B, N, K int32 (K % 8 == 0, pointers 16-byte aligned),
-//   k_chunk int32: K elements per split (a multiple of 8; split s covers [s * k_chunk, min(K, (s+1) * k_chunk))),
-//   mode int32. splitk_reduce: partial [splits, B, N] fp32, splits int32, mode 0/1/2.
+// Arguments: y (see mode), x [B, K] bf16, w [N, K] bf16, B, N, K int32 (K % 8 == 0, pointers 16-byte
+//   aligned), k_chunk int32: K elements per split (a multiple of 8; split s covers
+//   [s * k_chunk, min(K, (s + 1) * k_chunk))), mode int32. splitk_reduce: partial [splits, B, N] fp32, splits int32, mode 0/1/2.
 #include "common.cuh"
 
 #define OUT_BF16 0
@@ -250,12 +250,13 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
     }
 }
 
-// gemv_mma: weight-streaming GEMV on tensor cores ("swap AB": W is the 16-row A operand, x^T the 8-column B
-// operand). Lane (g, t) of a warp loads 16 bytes of weight rows g and g + 8 at k = base + 8t and 16 bytes of
-// batch row g at the same k: one load pair feeds two m16n8k16 MMAs, because the sum over k does not care which
-// physical k each fragment slot holds as long as A and B use the same map (slot k 2t, 2t+1 / 2t+8, 2t+9 of MMA j
-// <- base + 8t + 4j + 0, 1 / 2, 3). A block = 8 warps owns 16 weight rows; the warps interleave over 32-wide
-// K slabs, GEMV_MMA_UNROLL slabs (2 x 16 bytes each) in flight per lane, then reduce in fixed order.
+// gemv_mma: weight-streaming GEMV on tensor cores ("swap AB": W is the 16-row A operand, x^T the 8-column
+// B operand). Lane (g, t) of a warp loads 16 bytes of weight rows g and g + 8 at k = base + 8t and 16 bytes
+// of batch row g at the same k: one load pair feeds two m16n8k16 MMAs, because the sum over k does not care
+// which physical k each fragment slot holds as long as A and B use the same map (slots k = 2t, 2t+1 and
+// 2t+8, 2t+9 of MMA j <- base + 8t + 4j + {0, 1} and {2, 3}). A block = 8 warps owns 16 weight rows; the warps
+// interleave over 32-wide K slabs, GEMV_MMA_UNROLL slabs (2 x 16 bytes each) in flight per lane, then the
+// block reduces in fixed order.
 template <int NT>  // n8 batch tiles per pass: batch rows per pass = 8 * NT
 __device__ __forceinline__ void gemv_mma_pass(void* y, const bf16* __restrict__ x, const bf16* __restrict__ w,
                                               int b0, int nb, int B, int N, int K, int k0, int k1, int mode) {
