@@ -44,6 +44,7 @@
 //   latency-bound: B=1 ctx 4096 MHA 13 us + 8 us combine; any launch here costs >= ~7 us (cold loads chain).
 
 #include <cuda_bf16.h>
+#include "pdl.cuh"
 
 #define ATTN_PAGE 16     // tokens per KV-cache block
 #define ATTN_WARPS 4
@@ -237,6 +238,7 @@ attention_hd16_g1(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, f
                   const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
                   const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads,
                   int partition, int max_splits, float scale) {
+    pdl_begin();
     attention_block<16, 1>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
                            n_heads, n_kv_heads, partition, max_splits, scale);
 }
@@ -247,6 +249,7 @@ attention_hd16_g2(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, f
                   const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
                   const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads,
                   int partition, int max_splits, float scale) {
+    pdl_begin();
     attention_block<16, 2>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
                            n_heads, n_kv_heads, partition, max_splits, scale);
 }
@@ -257,6 +260,7 @@ attention_hd16_g4(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, f
                   const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
                   const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads,
                   int partition, int max_splits, float scale) {
+    pdl_begin();
     attention_block<16, 4>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
                            n_heads, n_kv_heads, partition, max_splits, scale);
 }
@@ -267,6 +271,7 @@ attention_hd64_g1(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, f
                   const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
                   const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads,
                   int partition, int max_splits, float scale) {
+    pdl_begin();
     attention_block<64, 1>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
                            n_heads, n_kv_heads, partition, max_splits, scale);
 }
@@ -277,6 +282,7 @@ attention_hd64_g2(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, f
                   const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
                   const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads,
                   int partition, int max_splits, float scale) {
+    pdl_begin();
     attention_block<64, 2>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
                            n_heads, n_kv_heads, partition, max_splits, scale);
 }
@@ -287,6 +293,7 @@ attention_hd64_g4(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, f
                   const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
                   const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads,
                   int partition, int max_splits, float scale) {
+    pdl_begin();
     attention_block<64, 4>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
                            n_heads, n_kv_heads, partition, max_splits, scale);
 }
@@ -297,6 +304,7 @@ attention_hd128_g1(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, 
                    const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
                    const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads,
                    int partition, int max_splits, float scale) {
+    pdl_begin();
     attention_block<128, 1>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
                             n_heads, n_kv_heads, partition, max_splits, scale);
 }
@@ -307,6 +315,7 @@ attention_hd128_g2(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, 
                    const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
                    const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads,
                    int partition, int max_splits, float scale) {
+    pdl_begin();
     attention_block<128, 2>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
                             n_heads, n_kv_heads, partition, max_splits, scale);
 }
@@ -317,6 +326,7 @@ attention_hd128_g4(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, 
                    const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
                    const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads,
                    int partition, int max_splits, float scale) {
+    pdl_begin();
     attention_block<128, 4>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
                             n_heads, n_kv_heads, partition, max_splits, scale);
 }
@@ -325,6 +335,7 @@ extern "C" __global__ void __launch_bounds__(ATTN_COMBINE_THREADS)
 attention_combine(__nv_bfloat16* __restrict__ out, const float* __restrict__ part_o,
                   const float* __restrict__ part_ml, const int* __restrict__ positions, int max_blocks,
                   int n_heads, int head_dim, int partition, int max_splits) {
+    pdl_begin();
     extern __shared__ float sm[];
     float* m_s = sm;                   // [max_splits] split maxima (log2 domain)
     float* w_s = sm + max_splits;      // [max_splits] split sums, then weights exp2(m_s - max)

@@ -7,9 +7,11 @@
 //   table  [V, D] bf16
 //   V, D   int32            (D % 8 == 0)
 #include "common.cuh"
+#include "pdl.cuh"
 
 extern "C" __global__ void embedding(bf16* __restrict__ out, const int* __restrict__ tokens,
                                      const bf16* __restrict__ table, int V, int D) {
+    pdl_begin();
     const int b = blockIdx.x;
     const int tok = tokens[b];
     uint4* dst = reinterpret_cast<uint4*>(out + (size_t)b * D);

@@ -27,6 +27,7 @@
 //   aligned), k_chunk int32: K elements per split (a multiple of 8; split s covers
 //   [s * k_chunk, min(K, (s + 1) * k_chunk))), mode int32. splitk_reduce: partial [splits, B, N] fp32, splits int32, mode 0/1/2.
 #include "common.cuh"
+#include "pdl.cuh"
 
 #define OUT_BF16 0
 #define OUT_RESIDUAL 1
@@ -124,6 +125,9 @@ __device__ __forceinline__ void gemv_all(void* y, const bf16* x, const bf16* w, 
 extern "C" __global__ void __launch_bounds__(256) gemv(void* y, const bf16* __restrict__ x,
                                                        const bf16* __restrict__ w, int B, int N, int K,
                                                        int k_chunk, int mode) {
+    const int pk0 = blockIdx.y * k_chunk;
+    prefetch_rows_l2(w, blockIdx.x * GEMV_ROWS, GEMV_ROWS, N, K, pk0, min(K, pk0 + k_chunk));  // weights: pre-wait
+    pdl_begin();
     const int k0 = blockIdx.y * k_chunk, k1 = min(K, k0 + k_chunk);
     gemv_all<1>(y, x, w, B, N, K, k0, k1, mode);
 }
@@ -168,6 +172,7 @@ __device__ __forceinline__ unsigned lds32(const bf16* p) { return *reinterpret_c
 extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* __restrict__ x,
                                                           const bf16* __restrict__ w, int B, int N, int K,
                                                           int k_chunk, int mode) {
+    pdl_begin();
     constexpr int TILE = TC_M * TC_LD;  // elements per operand tile (TC_M == TC_N)
     __shared__ __align__(16) bf16 smem[4 * TILE];
     bf16* xs = smem;                             // [2][64][TC_LD]: x tile, batch rows x k
@@ -325,6 +330,9 @@ __device__ __forceinline__ void gemv_mma_all(void* y, const bf16* x, const bf16*
 extern "C" __global__ void __launch_bounds__(256) gemv_mma(void* y, const bf16* __restrict__ x,
                                                            const bf16* __restrict__ w, int B, int N, int K,
                                                            int k_chunk, int mode) {
+    const int pk0 = blockIdx.y * k_chunk;
+    prefetch_rows_l2(w, blockIdx.x * 16, 16, N, K, pk0, min(K, pk0 + k_chunk));  // weights: pre-wait
+    pdl_begin();
     const int k0 = blockIdx.y * k_chunk, k1 = min(K, k0 + k_chunk);
     if (B <= 8) gemv_mma_all<1>(y, x, w, B, N, K, k0, k1, mode);
     else if (B <= 16) gemv_mma_all<2>(y, x, w, B, N, K, k0, k1, mode);
@@ -333,6 +341,7 @@ extern "C" __global__ void __launch_bounds__(256) gemv_mma(void* y, const bf16* 
 
 extern "C" __global__ void splitk_reduce(void* y, const float* __restrict__ partial, int B, int N, int splits,
                                          int mode) {
+    pdl_begin();
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, total = (size_t)B * N;
     if (i >= total) return;
     float s = 0.0f;

@@ -10,6 +10,7 @@
 //   w        [D]    bf16
 //   eps float32, D int32 (D % 8 == 0)
 #include "common.cuh"
+#include "pdl.cuh"
 
 // Normalize row `r` (already in its final bf16 form in global memory) into `o`.
 __device__ __forceinline__ void rmsnorm_row(bf16* __restrict__ o, const bf16* r, const bf16* __restrict__ w,
@@ -35,12 +36,14 @@ __device__ __forceinline__ void rmsnorm_row(bf16* __restrict__ o, const bf16* r,
 
 extern "C" __global__ void rmsnorm(bf16* __restrict__ out, const bf16* __restrict__ x, const bf16* __restrict__ w,
                                    float eps, int D) {
+    pdl_begin();
     const size_t row = (size_t)blockIdx.x * D;
     rmsnorm_row(out + row, x + row, w, eps, D);
 }
 
 extern "C" __global__ void add_rmsnorm(bf16* __restrict__ out, bf16* residual, const bf16* __restrict__ x,
                                        const bf16* __restrict__ w, float eps, int D) {
+    pdl_begin();
     const size_t row = (size_t)blockIdx.x * D;
     // Each thread rewrites exactly the 8-element chunks it reads again in rmsnorm_row, so no barrier is needed
     // between the add and the first read (same thread, same addresses).

@@ -26,6 +26,7 @@
 //   n_heads H, n_kv_heads KVH, head_dim hd, theta (rope base)
 
 #include <cuda_bf16.h>
+#include "pdl.cuh"
 
 #define ROPE_BLOCK_SIZE 16  // tokens per KV-cache block
 #define ROPE_MAX_HALF 128   // hd / 2 upper bound (static shared table)
@@ -35,6 +36,7 @@ rope_append(__nv_bfloat16* __restrict__ q_out, __nv_bfloat16* __restrict__ k_cac
             __nv_bfloat16* __restrict__ v_cache, const __nv_bfloat16* __restrict__ qkv,
             const int* __restrict__ positions, const int* __restrict__ block_tables, int max_blocks,
             int n_heads, int n_kv_heads, int head_dim, float theta) {
+    pdl_begin();
     __shared__ float cos_s[ROPE_MAX_HALF];
     __shared__ float sin_s[ROPE_MAX_HALF];
     const int b = blockIdx.x;

@@ -18,6 +18,7 @@
 //   u       = (float(r >> 41) + 0.5f) * 2^-23      (exact in fp32)
 #include "common.cuh"
 #include <math_constants.h>
+#include "pdl.cuh"
 
 __device__ __forceinline__ unsigned long long mix64(unsigned long long z) {
     z += 0x9E3779B97F4A7C15ull;
@@ -57,6 +58,7 @@ __device__ __forceinline__ void block_argmax_store(float bv, int bi, int* out) {
 }
 
 extern "C" __global__ void argmax(int* __restrict__ tokens, const float* __restrict__ logits, int V) {
+    pdl_begin();
     const float* row = logits + (size_t)blockIdx.x * V;
     float bv = -CUDART_INF_F;
     int bi = 0x7fffffff;
@@ -70,6 +72,7 @@ extern "C" __global__ void argmax(int* __restrict__ tokens, const float* __restr
 extern "C" __global__ void sample(int* __restrict__ tokens, const float* __restrict__ logits,
                                   const unsigned long long* __restrict__ seed, const int* __restrict__ step,
                                   float temperature, int V) {
+    pdl_begin();
     const int b = blockIdx.x;
     const float* row = logits + (size_t)b * V;
     const bool greedy = !(temperature > 0.0f);
@@ -90,5 +93,6 @@ extern "C" __global__ void sample(int* __restrict__ tokens, const float* __restr
 }
 
 extern "C" __global__ void advance_step(int* step) {
+    pdl_begin();
     if (threadIdx.x == 0 && blockIdx.x == 0) *step += 1;
 }

@@ -6,8 +6,10 @@
 //   gu  [B, 2F] bf16 (gate columns, then up columns)
 //   F int32 (F % 8 == 0)
 #include "common.cuh"
+#include "pdl.cuh"
 
 extern "C" __global__ void silu_mul(bf16* __restrict__ out, const bf16* __restrict__ gu, int F) {
+    pdl_begin();
     const int i = (blockIdx.x * blockDim.x + threadIdx.x) * 8;
     if (i >= F) return;
     const size_t b = blockIdx.y;

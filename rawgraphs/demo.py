@@ -30,6 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokens", type=int, default=32, help="tokens to generate per sequence (default 32)")
     p.add_argument("--batch", type=int, default=1, help="sequences decoded together (default 1)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    p.add_argument("--no-pdl", action="store_true", help="launch without programmatic dependent launch")
 
 
 def load(spec: str, seed: int, with_weights: bool = True) -> tuple[ModelConfig, Weights | None]:
@@ -73,10 +74,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     _, weights = load(args.model, args.seed)
     B = args.batch
-    model = DecodeModel(cfg, weights, max_batch=B, kv_tokens=len(prompts[0]) + args.tokens)
+    model = DecodeModel(cfg, weights, max_batch=B, kv_tokens=len(prompts[0]) + args.tokens, pdl=not args.no_pdl)
     stream = Stream.create()
     print(f"model {args.model}: D={cfg.dim} L={cfg.n_layers} H={cfg.n_heads} KVH={cfg.n_kv_heads} "
-          f"F={cfg.ffn_dim} V={cfg.vocab}; batch {B}; {len(model.step_launches(B))} kernels per step")
+          f"F={cfg.ffn_dim} V={cfg.vocab}; batch {B}; {len(model.step_launches(B))} kernels per step; "
+          f"PDL {'off' if args.no_pdl else 'on'}")
     results, runners = {}, {}
     for mode in MODES:
         runners[mode] = step_runner(model, B, stream, mode)

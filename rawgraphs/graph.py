@@ -57,15 +57,26 @@ def _show(values: dict) -> dict:
     return {k: (hex(int(v)) if isinstance(v, _Array) else v) for k, v in values.items()}
 
 
-def kernel_node_params(kernel: Kernel, shape: LaunchShape, args: KernelArgs) -> driver.CUDA_KERNEL_NODE_PARAMS:
-    """``CUDA_KERNEL_NODE_PARAMS`` pointing at ``args``' packed block (the driver copies the values)."""
-    p = driver.CUDA_KERNEL_NODE_PARAMS()
+def kernel_node_params(kernel: Kernel, shape: LaunchShape, args: KernelArgs, p=None):
+    """``CUDA_KERNEL_NODE_PARAMS`` (or ``p``, any struct with its fields) pointing at ``args``' packed block
+    (the driver copies the values)."""
+    p = driver.CUDA_KERNEL_NODE_PARAMS() if p is None else p
     p.func = kernel.function
     p.gridDimX, p.gridDimY, p.gridDimZ = shape.grid
     p.blockDimX, p.blockDimY, p.blockDimZ = shape.block
     p.sharedMemBytes = shape.shared
     p.kernelParams = args.address
     return p
+
+
+def _edge(dep: Node) -> driver.CUgraphEdgeData:
+    """A programmatic edge after a kernel node (the dependent may start at its launch_dependents), else a
+    default edge."""
+    e = driver.CUgraphEdgeData()
+    if dep.kind == "kernel":
+        e.type = driver.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
+        e.from_port = driver.CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC
+    return e
 
 
 def _destroy_graph(handle) -> None:
@@ -131,9 +142,16 @@ class Graph:
             raise TypeError(f"argument block is for {args.signature.name}(), not {kernel.name}()")
         args = args.copy()
         kernel.prepare(shape)
-        h = check(driver.cuGraphAddKernelNode(self._live(), [d.handle for d in deps], len(deps),
-                                              kernel_node_params(kernel, shape, args)),
-                  f"cuGraphAddKernelNode({kernel.name})")
+        if shape.pdl and deps:  # programmatic edges from kernel dependencies, as stream capture makes them
+            p = driver.CUgraphNodeParams()
+            p.type = driver.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL
+            kernel_node_params(kernel, shape, args, p.kernel)
+            h = check(driver.cuGraphAddNode(self._live(), [d.handle for d in deps], [_edge(d) for d in deps],
+                                            len(deps), p), f"cuGraphAddNode({kernel.name}, programmatic)")
+        else:
+            h = check(driver.cuGraphAddKernelNode(self._live(), [d.handle for d in deps], len(deps),
+                                                  kernel_node_params(kernel, shape, args)),
+                      f"cuGraphAddKernelNode({kernel.name})")
         return self._record(Node(h, "kernel", self._name(name, kernel.name), deps, kernel, shape, args,
                                  pins=(kernel,)))
 

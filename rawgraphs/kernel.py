@@ -103,13 +103,19 @@ def parse_signatures(source: str) -> dict[str, Signature]:
 
 @dataclass(frozen=True)
 class LaunchShape:
-    """Grid, block and dynamic shared memory of one launch; validated at construction."""
+    """Grid, block and dynamic shared memory of one launch; validated at construction.
+
+    ``pdl=True`` launches with programmatic stream serialization (sm_90+): the kernel may start while the
+    previous kernel on the stream finishes, and must ``griddepcontrol.wait`` before reading its results
+    (kernels/pdl.cuh). Captured, it becomes a programmatic graph edge.
+    """
 
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared: int = 0
+    pdl: bool = False
 
-    def __init__(self, grid, block, shared: int = 0):
+    def __init__(self, grid, block, shared: int = 0, pdl: bool = False):
         g = _dim3(grid, "grid")
         b = _dim3(block, "block")
         if b[0] * b[1] * b[2] > 1024:
@@ -119,6 +125,7 @@ class LaunchShape:
         object.__setattr__(self, "grid", g)
         object.__setattr__(self, "block", b)
         object.__setattr__(self, "shared", int(shared))
+        object.__setattr__(self, "pdl", bool(pdl))
 
 
 def _dim3(v, what: str) -> tuple[int, int, int]:
@@ -258,6 +265,7 @@ class Kernel:
         self.function = check(driver.cuModuleGetFunction(module.handle, symbol.encode()),
                               f"cuModuleGetFunction({name})")
         self._max_shared = 48 * 1024
+        self._configs: dict = {}  # (shape, stream) -> CUlaunchConfig for PDL launches
 
     def args(self, *args, **kwargs) -> KernelArgs:
         """A new packed argument block; all arguments required, by position or name."""
@@ -279,12 +287,31 @@ class Kernel:
         if shape.shared > self._max_shared:
             self.prepare(shape)
         g, b = shape.grid, shape.block
-        err, = driver.cuLaunchKernel(self.function, g[0], g[1], g[2], b[0], b[1], b[2], shape.shared,
-                                     stream.handle, args.address, 0)
+        if shape.pdl:
+            err, = driver.cuLaunchKernelEx(self._config(shape, stream), self.function, args.address, 0)
+        else:
+            err, = driver.cuLaunchKernel(self.function, g[0], g[1], g[2], b[0], b[1], b[2], shape.shared,
+                                         stream.handle, args.address, 0)
         if err:
             check((err,), f"cuLaunchKernel({self.name}, grid={g}, block={b}, shared={shape.shared})")
         if capture_state.depth:  # inside Graph.capture: keep a named record of the node just captured
             capture_state.on_launch(self, shape, args, stream)
+
+    def _config(self, shape: LaunchShape, stream: Stream) -> driver.CUlaunchConfig:
+        """The cached ``CUlaunchConfig`` of a PDL launch of ``shape`` on ``stream``."""
+        key = (shape, int(stream.handle))
+        cfg = self._configs.get(key)
+        if cfg is None:
+            cfg = driver.CUlaunchConfig()
+            cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = shape.grid
+            cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = shape.block
+            cfg.sharedMemBytes, cfg.hStream = shape.shared, stream.handle
+            attr = driver.CUlaunchAttribute()
+            attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            attr.value.programmaticStreamSerializationAllowed = 1
+            cfg.attrs, cfg.numAttrs = [attr], 1
+            self._configs[key] = cfg
+        return cfg
 
     def __call__(self, grid, block, *args, stream: Stream, shared: int = 0, **kwargs) -> KernelArgs:
         """Convenience: pack the arguments and launch once; returns the block it launched."""

@@ -47,10 +47,11 @@ def test_tiny_model_matches_float64_reference_for_64_steps(stream, rng):
     assert worst < LOGIT_TOL, f"worst relative logit error {worst:.3g}"
 
 
-@pytest.mark.parametrize("preset, B, n_new", [("tiny", 3, 24), ("tiny", 20, 6), ("small", 5, 6)])
-def test_eager_captured_and_explicit_are_bit_identical(stream, rng, preset, B, n_new):
+@pytest.mark.parametrize("preset, B, n_new, pdl", [("tiny", 3, 24, True), ("tiny", 20, 6, True),
+                                                   ("small", 5, 6, True), ("small", 5, 6, False)])
+def test_eager_captured_and_explicit_are_bit_identical(stream, rng, preset, B, n_new, pdl):
     cfg = ModelConfig.preset(preset)
-    model = DecodeModel(cfg, Weights.random(cfg, seed=5), max_batch=B)
+    model = DecodeModel(cfg, Weights.random(cfg, seed=5), max_batch=B, pdl=pdl)
     prompts = prompts_for(cfg, rng, B)
     starts = [int(s) for s in rng.integers(0, 4, size=B)]
     runs = {mode: generate(model, prompts, n_new, stream, mode=mode, starts=starts, keep_logits=True, seed=9)

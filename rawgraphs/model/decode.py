@@ -9,7 +9,7 @@ serves every context length. A row whose position is negative is inactive (paddi
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import ml_dtypes
 import numpy as np
@@ -90,11 +90,14 @@ class DecodeModel:
     kv_tokens : context per sequence the default pool is sized for (default ``min(max_seq_len, 1024)``).
     plan_only : allocate nothing and load no kernel: buffers are address-0 views and kernels are signatures,
         enough to print the step's launch plan on a machine without a GPU.
+    pdl : launch every kernel with programmatic dependent launch (overlaps each kernel's start with the
+        previous one's tail; kernels/pdl.cuh). Results are identical either way.
     """
 
     def __init__(self, cfg: ModelConfig, weights: Weights | None, max_batch: int = 1,
-                 num_blocks: int | None = None, kv_tokens: int | None = None, plan_only: bool = False):
-        self.cfg, self.max_batch = cfg, max_batch
+                 num_blocks: int | None = None, kv_tokens: int | None = None, plan_only: bool = False,
+                 pdl: bool = True):
+        self.cfg, self.max_batch, self.pdl = cfg, max_batch, pdl
         self.max_blocks = math.ceil(cfg.max_seq_len / BLOCK_SIZE)  # block-table row length
         kv_tokens = kv_tokens or min(cfg.max_seq_len, 1024)
         self.num_blocks = num_blocks or max_batch * math.ceil(kv_tokens / BLOCK_SIZE)
@@ -169,47 +172,48 @@ class DecodeModel:
     def _build_step(self, B: int) -> list[Launch]:
         c, k, out = self.cfg, self.kernels, []
 
-        def launch(name, kernel, grid, block, **args):
-            out.append(Launch(name, k[kernel], LaunchShape(grid, block), k[kernel].args(**args)))
+        def launch(name, kernel, shape: LaunchShape, **args):
+            shape = replace(shape, pdl=self.pdl)
+            out.append(Launch(name, k[kernel], shape, k[kernel].args(**args)))
 
         def linear(name, y, x, w, N, K, mode="bf16"):  # y[B, N] (mode) x[B, K] @ w[N, K]^T
             plan = gemv_plan(B, N, K, mode)
             for i, ln in enumerate(plan.launches(y, x, w, self.workspace, B, N, K)):
-                launch(name + (".reduce" if i else ""), ln.kernel, ln.grid, ln.block, **ln.args)
+                launch(name + (".reduce" if i else ""), ln.kernel, LaunchShape(ln.grid, ln.block, ln.shared),
+                       **ln.args)
 
         D, F, H, KVH, hd = c.dim, c.ffn_dim, c.n_heads, c.n_kv_heads, c.head_dim
         ap = attention_plan_for(c, B)
-        launch("embed", "embedding", (B,), (128,), out=self.x, tokens=self.tokens, table=self.embed, V=c.vocab, D=D)
+        rows, norm_block = LaunchShape(B, 128), LaunchShape(B, 256)
+        launch("embed", "embedding", rows, out=self.x, tokens=self.tokens, table=self.embed, V=c.vocab, D=D)
         for i, L in enumerate(self.layers):
             p = f"L{i}."
-            launch(p + "attn_norm", "rmsnorm", (B,), (256,), out=self.h, x=self.x, w=L.attn_norm,
+            launch(p + "attn_norm", "rmsnorm", norm_block, out=self.h, x=self.x, w=L.attn_norm,
                    eps=c.rms_norm_eps, D=D)
             linear(p + "qkv", self.qkv, self.h, L.w_qkv, (H + 2 * KVH) * hd, D)
-            out.append(Launch(p + "rope_append", k["rope_append"], ap.rope, k["rope_append"].args(
-                q_out=self.q, k_cache=L.k_cache, v_cache=L.v_cache, qkv=self.qkv, positions=self.positions,
-                block_tables=self.block_tables, max_blocks=self.max_blocks, n_heads=H, n_kv_heads=KVH,
-                head_dim=hd, theta=c.rope_theta)))
-            out.append(Launch(p + "attention", k[ap.kernel], ap.attention, k[ap.kernel].args(
-                out=self.attn, part_o=self.part_o, part_ml=self.part_ml, q=self.q, k_cache=L.k_cache,
-                v_cache=L.v_cache, block_tables=self.block_tables, positions=self.positions,
-                max_blocks=self.max_blocks, n_heads=H, n_kv_heads=KVH,
-                partition=ap.partition, max_splits=ap.max_splits, scale=ap.scale)))
+            launch(p + "rope_append", "rope_append", ap.rope, q_out=self.q, k_cache=L.k_cache, v_cache=L.v_cache,
+                   qkv=self.qkv, positions=self.positions, block_tables=self.block_tables,
+                   max_blocks=self.max_blocks, n_heads=H, n_kv_heads=KVH, head_dim=hd, theta=c.rope_theta)
+            launch(p + "attention", ap.kernel, ap.attention, out=self.attn, part_o=self.part_o,
+                   part_ml=self.part_ml, q=self.q, k_cache=L.k_cache, v_cache=L.v_cache,
+                   block_tables=self.block_tables, positions=self.positions, max_blocks=self.max_blocks,
+                   n_heads=H, n_kv_heads=KVH, partition=ap.partition, max_splits=ap.max_splits, scale=ap.scale)
             if ap.combine:
-                out.append(Launch(p + "attention.combine", k["attention_combine"], ap.combine_shape,
-                                  k["attention_combine"].args(
-                                      out=self.attn, part_o=self.part_o, part_ml=self.part_ml,
-                                      positions=self.positions, max_blocks=self.max_blocks, n_heads=H,
-                                      head_dim=hd, partition=ap.partition, max_splits=ap.max_splits)))
+                launch(p + "attention.combine", "attention_combine", ap.combine_shape, out=self.attn,
+                       part_o=self.part_o, part_ml=self.part_ml, positions=self.positions,
+                       max_blocks=self.max_blocks, n_heads=H, head_dim=hd, partition=ap.partition,
+                       max_splits=ap.max_splits)
             linear(p + "o_proj", self.x, self.attn, L.w_o, D, H * hd, "residual")       # x += attn @ Wo^T
-            launch(p + "mlp_norm", "rmsnorm", (B,), (256,), out=self.h, x=self.x, w=L.mlp_norm,
+            launch(p + "mlp_norm", "rmsnorm", norm_block, out=self.h, x=self.x, w=L.mlp_norm,
                    eps=c.rms_norm_eps, D=D)
             linear(p + "gate_up", self.gu, self.h, L.w_gate_up, 2 * F, D)
-            launch(p + "silu_mul", "silu_mul", (math.ceil(F / 8 / 256), B), (256,), out=self.m, gu=self.gu, F=F)
+            launch(p + "silu_mul", "silu_mul", LaunchShape((math.ceil(F / 8 / 256), B), 256), out=self.m,
+                   gu=self.gu, F=F)
             linear(p + "down", self.x, self.m, L.w_down, D, F, "residual")              # x += m @ Wd^T
-        launch("final_norm", "rmsnorm", (B,), (256,), out=self.h, x=self.x, w=self.final_norm,
+        launch("final_norm", "rmsnorm", norm_block, out=self.h, x=self.x, w=self.final_norm,
                eps=c.rms_norm_eps, D=D)
         linear("lm_head", self.logits, self.h, self.lm_head, c.vocab, D, "f32")
-        launch("argmax", "argmax", (B,), (1024,), tokens=self.next_tokens, logits=self.logits, V=c.vocab)
+        launch("argmax", "argmax", LaunchShape(B, 1024), tokens=self.next_tokens, logits=self.logits, V=c.vocab)
         return out
 
     def run_eager(self, B: int, stream: Stream) -> None:

@@ -1,0 +1,28 @@
+// pdl.cuh: programmatic dependent launch (PDL, sm_90+) for the decode kernels.
+//
+// A kernel launched with programmatic stream serialization (LaunchShape(pdl=True)) may start while the kernel
+// before it is still finishing. Every decode kernel therefore begins with pdl_begin(): it lets the *next*
+// kernel launch early (launch_dependents) and then waits until the previous kernel has completed and its
+// writes are visible (wait). Nothing a kernel reads from the previous kernel may be touched before the wait;
+// weights can be, so the projections prefetch their weight slice into L2 first, overlapping HBM traffic with
+// the previous kernel's tail. Launched without PDL, or below sm_90, both are no-ops.
+// CUDA Programming Guide, "Programmatic Dependent Launch and Synchronization".
+#pragma once
+
+__device__ __forceinline__ void pdl_begin() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Prefetch rows [n0, n0 + rows) (clamped to N) x columns [k0, k1) of a row-major bf16 [N, K] matrix into L2,
+// one 128-byte line per thread per step.
+__device__ __forceinline__ void prefetch_rows_l2(const void* w, int n0, int rows, int N, int K, int k0, int k1) {
+    const int lines = ((k1 - k0) * 2 + 127) / 128;
+    for (int i = threadIdx.x; i < rows * lines; i += blockDim.x) {
+        const int r = i / lines, n = min(n0 + r, N - 1);
+        const char* p = (const char*)w + ((size_t)n * K + k0) * 2 + (size_t)(i % lines) * 128;
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+    }
+}
