@@ -1,0 +1,8 @@
+"""rawgraphs against plain PyTorch: the same model and weights as a gpt-fast-style ``TorchDecoder``.
+
+Importing this package never imports torch (``TorchDecoder`` does, when constructed).
+"""
+
+from .torch_model import CaptureStats, TorchDecoder, bf16_bits, key_mask, match_length, rope_tables, time_torch
+
+__all__ = ["CaptureStats", "TorchDecoder", "bf16_bits", "key_mask", "match_length", "rope_tables", "time_torch"]
