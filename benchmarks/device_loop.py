@@ -1,0 +1,208 @@
+"""device_loop: N tokens in one graph launch (a WHILE node) vs N host-driven steps (issue "conditional").
+
+For `small` and `1b` (random weights, random KV history at context 512), B = 1 and 8, N = 16, 128, 512:
+
+  (a) loop    DeviceLoop with an EOS that never comes, so it runs N steps in one launch;
+  (b) replay  N launches of a captured single-step graph, fed back on the host like a real decode loop
+              (set_inputs + launch + read_tokens per step);
+  (c) eager   the same host loop with eager launches.
+
+GPU time per token: CUDA events around the whole N-token run / N (host gaps between steps count). Host time
+per token: perf_counter around the enqueue part only (set_inputs + launches; the waits excluded) / N, and the
+process CPU time (time.process_time, which includes spinning in synchronize) / N. The loop's and the host
+loop's tokens are checked equal before timing. Reference: GPU time of one replay of the step graph,
+back-to-back (CUDA events, median).
+
+Targets: loop GPU time per token <= 1.03x the back-to-back replay; loop host (enqueue) time per token
+<= 0.2 us at N = 128.
+
+Run: ``python benchmarks/device_loop.py [--out DIR] [--quick]`` (--quick: `small`, N = 16, 128); prints a
+table, writes ``DIR/device_loop.json`` and ``DIR/device_loop.png`` (host us per token vs N, B = 1).
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+from common import (
+    CONTEXT,
+    Checks,
+    build_model,
+    fill_kv_random,
+    finish,
+    median,
+    no_gpu,
+    parser,
+    plot,
+    step_inputs,
+    time_ms,
+    verdict,
+    write_result,
+)
+
+from rawgraphs.bench import format_table, make_row, plot_lines
+from rawgraphs.context import Event, Stream, device
+from rawgraphs.model.decode import DecodeModel
+from rawgraphs.model.loop import DeviceLoop
+
+BATCHES = (1, 8)
+EOS_NEVER = -5  # no token id is negative: the loop runs all N steps
+TARGET_GPU_RATIO, TARGET_HOST_US, TARGET_N = 1.03, 0.2, 128
+
+
+def sweep(quick: bool) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """(models, token counts N) measured."""
+    return (("small",), (16, 128)) if quick else (("small", "1b"), (16, 128, 512))
+
+
+def repeats(quick: bool) -> int:
+    """Timed runs per method (after one warm-up run)."""
+    return 3 if quick else 5
+
+
+class Run:
+    """One N-token run's measurements: GPU ms (events), enqueue s (perf_counter), process CPU s."""
+
+    def __init__(self, gpu_ms: float, enqueue_s: float, cpu_s: float, tokens: np.ndarray):
+        self.gpu_ms, self.enqueue_s, self.cpu_s, self.tokens = gpu_ms, enqueue_s, cpu_s, tokens
+
+
+def timed(body: Callable[[], tuple[float, np.ndarray]], stream: Stream) -> Run:
+    """Events around ``body`` (which returns its enqueue seconds and the tokens ``[N, B]``), process time too."""
+    start, end = Event.create(), Event.create()
+    stream.synchronize()
+    c0 = time.process_time()
+    start.record(stream)
+    enqueue_s, tokens = body()
+    end.record(stream)
+    end.synchronize()
+    cpu_s = time.process_time() - c0
+    ms = start.elapsed_ms(end)
+    start.close()
+    end.close()
+    return Run(ms, enqueue_s, cpu_s, tokens)
+
+
+def host_loop(model: DecodeModel, launch: Callable[[], None], inputs, N: int, stream: Stream):
+    """A body for :func:`timed`: N steps, each set_inputs + launch + read_tokens, tokens fed back."""
+    tokens, positions, tables = inputs
+    B = len(tokens)
+
+    def body():
+        toks, pos, out, enqueue = tokens.copy(), positions.copy(), [], 0.0
+        for _ in range(N):
+            t0 = time.perf_counter()
+            model.set_inputs(toks, pos, tables, stream)
+            launch()
+            enqueue += time.perf_counter() - t0
+            toks = model.read_tokens(B, stream)
+            out.append(toks)
+            pos = pos + 1
+        return enqueue, np.array(out)  # [N, B]
+
+    return body
+
+
+def loop_body(loop: DeviceLoop, inputs, stream: Stream):
+    """A body for :func:`timed`: set_inputs + one launch of the loop graph, then its tokens ``[N, B]``."""
+    model = loop.model
+
+    def body():
+        t0 = time.perf_counter()
+        model.set_inputs(*inputs, stream)
+        loop.exe.launch(stream)
+        enqueue = time.perf_counter() - t0
+        loop.out.download_async(loop.h_out, loop.out.nbytes, stream)
+        stream.synchronize()
+        return enqueue, loop.h_out.array.copy()  # [N, B]
+
+    return body
+
+
+def measure(body, stream: Stream, n_runs: int) -> list[Run]:
+    """One warm-up run, then ``n_runs`` timed runs."""
+    timed(body, stream)
+    return [timed(body, stream) for _ in range(n_runs)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parser(__doc__).parse_args(argv)
+    if no_gpu("benchmarks/device_loop.py"):
+        return 0
+    t_start = time.perf_counter()
+    models, Ns = sweep(opts.quick)
+    stream = Stream.create()
+    rng = np.random.default_rng(3)
+    checks = Checks()
+    table, rows, notes = [], [], []
+    for preset in models:
+        model = build_model(preset, max(BATCHES), kv_tokens=CONTEXT + max(Ns) + 1)
+        fill_kv_random(model, rng)
+        for B in BATCHES:
+            inputs = step_inputs(model, B, CONTEXT, rng, cover=CONTEXT + max(Ns) + 1)
+            graph = model.capture(B, stream)
+            exe = graph.instantiate()
+            exe.upload(stream)
+            model.set_inputs(*inputs, stream)
+            replay_ms = median(time_ms(lambda exe=exe: exe.launch(stream), stream, opts.quick))
+            for N in Ns:
+                loop = DeviceLoop(model, B, N, eos=EOS_NEVER, stream=stream)
+                bodies = {"(a) loop": loop_body(loop, inputs, stream),
+                          "(b) replay": host_loop(model, lambda exe=exe: exe.launch(stream), inputs, N, stream),
+                          "(c) eager": host_loop(model, lambda B=B: model.run_eager(B, stream), inputs, N, stream)}
+                runs = {m: measure(body, stream, repeats(opts.quick)) for m, body in bodies.items()}
+                want = runs["(b) replay"][0].tokens
+                checks(all(np.array_equal(r.tokens, want) for rs in runs.values() for r in rs),
+                       f"{preset} B={B} N={N}: loop, replay and eager give the same {N} x {B} tokens")
+                for method, rs in runs.items():
+                    gpu = [r.gpu_ms * 1e3 / N for r in rs]
+                    enq = [r.enqueue_s * 1e6 / N for r in rs]
+                    cpu = [r.cpu_s * 1e6 / N for r in rs]
+                    fields = {"model": preset, "batch": B, "N": N, "method": method}
+                    table.append({**fields, "GPU us/token": median(gpu), "x replay": median(gpu) / (replay_ms * 1e3),
+                                  "host enqueue us/token": median(enq), "process CPU us/token": median(cpu)})
+                    rows += [make_row(gpu, unit="us", **fields, metric="GPU per token"),
+                             make_row(enq, unit="us", **fields, metric="host enqueue per token"),
+                             make_row(cpu, unit="us", **fields, metric="process CPU per token")]
+                del loop
+            table.append({"model": preset, "batch": B, "N": 1, "method": "replay back-to-back",
+                          "GPU us/token": replay_ms * 1e3, "x replay": 1.0, "host enqueue us/token": None,
+                          "process CPU us/token": None})
+            exe.close()
+            graph.close()
+        del model
+        gc.collect()
+    print(format_table(table, ["model", "batch", "N", "method", "GPU us/token", "x replay",
+                               "host enqueue us/token", "process CPU us/token"],
+                       title=f"decode N tokens at context {CONTEXT} on {device().name} (median over runs)"))
+    for r in (r for r in table if r["method"] == "(a) loop"):
+        where = f"{r['model']} B={r['batch']} N={r['N']}"
+        notes.append(f"loop GPU time per token, {where}: {r['x replay']:.3f}x a back-to-back replay "
+                     f"(target <= {TARGET_GPU_RATIO}x): {verdict(r['x replay'] <= TARGET_GPU_RATIO)}")
+        if r["N"] == TARGET_N:
+            us = r["host enqueue us/token"]
+            notes.append(f"loop host time per token, {where}: {us:.3f} us (target <= {TARGET_HOST_US} us): "
+                         f"{verdict(us <= TARGET_HOST_US)}")
+    for line in notes:
+        print(line)
+    params = {"models": list(models), "batches": list(BATCHES), "N": list(Ns), "context": CONTEXT,
+              "runs": repeats(opts.quick), "quick": opts.quick,
+              "timers": "GPU: CUDA events around the N-token run / N; host: perf_counter around set_inputs + "
+                        "launches / N; process CPU: time.process_time around the run / N"}
+    write_result("device_loop", opts.out, params, rows, notes)
+    series = {f"{m} {meth}": [r["host enqueue us/token"] for r in table
+                              if r["model"] == m and r["batch"] == 1 and r["method"] == meth]
+              for m in models for meth in ("(a) loop", "(b) replay", "(c) eager")}
+    plot(lambda: plot_lines(opts.out / "device_loop.png", list(Ns), series, logx=True, logy=True,
+                            title=f"host time per token, B=1, context {CONTEXT} ({device().name})",
+                            xlabel="tokens per run (N)", ylabel="host enqueue us per token"))
+    print(f"total {time.perf_counter() - t_start:.1f} s")
+    return finish(checks)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
