@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
                 loop = DeviceLoop(model, B, N, eos=EOS_NEVER, stream=stream)
                 bodies = {"(a) loop": loop_body(loop, inputs, stream),
                           "(b) replay": host_loop(model, lambda exe=exe: exe.launch(stream), inputs, N, stream),
-                          "(c) eager": host_loop(model, lambda B=B: model.run_eager(B, stream), inputs, N, stream)}
+                          "(c) eager": host_loop(model, lambda B=B, m=model: m.run_eager(B, stream), inputs, N, stream)}
                 runs = {m: measure(body, stream, repeats(opts.quick)) for m, body in bodies.items()}
                 want = runs["(b) replay"][0].tokens
                 checks(all(np.array_equal(r.tokens, want) for rs in runs.values() for r in rs),
