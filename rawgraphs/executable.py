@@ -2,9 +2,9 @@
 
 Each kernel node of the executable has its *own* packed argument block (copied from the graph's record at
 instantiate), pinned with everything it points at. ``set_args`` rewrites only the named bytes of that block and
-hands the node to ``cuGraphExecKernelNodeSetParams``. Updates go through libcuda directly with ctypes and a
-``CUDA_KERNEL_NODE_PARAMS`` built once per node: measured on the H200, that halves the per-node cost of the
-cuda.bindings wrapper, which rebuilds its argument marshalling on every call (benchmarks/graph_overheads.py).
+hands the node to ``cuGraphExecKernelNodeSetParams``: libcuda is called directly through ctypes with a
+``CUDA_KERNEL_NODE_PARAMS`` and argument objects built once per node, so an update marshals nothing but the
+changed bytes (benchmarks/graph_overheads.py measures it against the cuda.bindings call).
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ class _Libcuda:
 
     def __init__(self):
         lib = ctypes.CDLL("libcuda.so.1")
+        # no argtypes: callers pass prebuilt c_void_p objects, which ctypes hands over without conversion
         self.set_params = lib.cuGraphExecKernelNodeSetParams_v2
-        self.set_params.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
         self.set_params.restype = ctypes.c_int
         # cuda.bindings returns (FAILURE, None) for a refused update: the reason and node are lost there
         self.exec_update = lib.cuGraphExecUpdate_v2
@@ -61,8 +61,8 @@ class _ExecKernel:
     shape: LaunchShape
     args: KernelArgs    # this executable's block; params.kernelParams points at it
     params: driver.CUDA_KERNEL_NODE_PARAMS
-    node_ptr: int
-    params_ptr: int
+    node_arg: ctypes.c_void_p    # the node handle, ready for the ctypes call
+    params_arg: ctypes.c_void_p  # address of ``params``' C struct
 
 
 def _destroy_exec(handle) -> None:
@@ -104,7 +104,7 @@ class GraphExec:
         self.instantiate_ms = (time.perf_counter() - t0) * 1e3
         self.upload_ms: float | None = None
         self._finalizer = weakref.finalize(self, _destroy_exec, self.handle)
-        self._handle_ptr = int(self.handle)
+        self._handle_arg = ctypes.c_void_p(int(self.handle))
         self.graph = graph  # pins the graph: its node handles name our nodes to the driver
         graph._execs.add(self)
         self._kernels: dict[int, _ExecKernel] = {}
@@ -117,7 +117,7 @@ class GraphExec:
         """The record for ``node`` taking kernel, shape and a copy of the arguments from ``source``."""
         shape, args = source.shape, source.args.copy()
         params = kernel_node_params(source.kernel, shape, args)
-        return _ExecKernel(node, shape, args, params, node.key, params.getPtr())
+        return _ExecKernel(node, shape, args, params, ctypes.c_void_p(node.key), ctypes.c_void_p(params.getPtr()))
 
     def _live(self) -> driver.CUgraphExec:
         if not self._finalizer.alive:
@@ -149,7 +149,7 @@ class GraphExec:
 
     # ---- in-place updates ---------------------------------------------------------------------------------
     def _push(self, rec: _ExecKernel) -> None:
-        err = _libcuda().set_params(self._handle_ptr, rec.node_ptr, rec.params_ptr)
+        err = _libcuda().set_params(self._handle_arg, rec.node_arg, rec.params_arg)
         if err:
             raise error_from(driver.CUresult(err), f"cuGraphExecKernelNodeSetParams({rec.node.name})")
 
@@ -171,10 +171,10 @@ class GraphExec:
         if any(r.args.signature.params != sig.params for r in recs):
             raise TypeError("set_args_many needs nodes whose kernels share one signature")
         packed = recs[0].args.pack(**named)
-        push, h = _libcuda().set_params, self._handle_ptr
+        push, h = _libcuda().set_params, self._handle_arg
         for rec in recs:
             rec.args.apply(packed)
-            err = push(h, rec.node_ptr, rec.params_ptr)
+            err = push(h, rec.node_arg, rec.params_arg)
             if err:
                 raise error_from(driver.CUresult(err), f"cuGraphExecKernelNodeSetParams({rec.node.name})")
         return len(recs)

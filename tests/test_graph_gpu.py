@@ -163,14 +163,6 @@ def test_update_refused_for_topology_change_names_reason_and_node(k, bufs, strea
         exe.update(g2)
     assert ei.value.reason == "TOPOLOGY_CHANGED" and ei.value.node == "extra"
     assert ei.value.name == "CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE"
-    g4 = Graph()  # same nodes, one edge fewer (c no longer waits for b): the driver refuses it
-    na = g4.add_kernel(k["axpb"], SHAPE, {"out": bufs["a"], "x": bufs["x"], "a": 2.0, "b": 1.0, "n": N})
-    g4.add_kernel(k["axpb"], SHAPE, {"out": bufs["b"], "x": bufs["y"], "a": -1.0, "b": 0.5, "n": N})
-    nc = g4.add_kernel(k["add"], SHAPE, {"out": bufs["c"], "x": bufs["a"], "y": bufs["b"], "n": N}, deps=na)
-    g4.add_kernel(k["axpb"], SHAPE, {"out": bufs["d"], "x": bufs["c"], "a": 0.5, "b": 0.0, "n": N}, deps=nc)
-    with pytest.raises(GraphUpdateError) as ei:
-        exe.update(g4)
-    assert ei.value.reason == "TOPOLOGY_CHANGED" and "refused by rawgraphs" not in str(ei.value)
     g3 = Graph()  # same topology, but node "c" launches another function
     na = g3.add_kernel(k["axpb"], SHAPE, {"out": bufs["a"], "x": bufs["x"], "a": 2.0, "b": 1.0, "n": N})
     nb = g3.add_kernel(k["axpb"], SHAPE, {"out": bufs["b"], "x": bufs["y"], "a": -1.0, "b": 0.5, "n": N})
