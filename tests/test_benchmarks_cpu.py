@@ -1,0 +1,117 @@
+"""The decode benchmark scripts on the CPU: arguments, --help, the no-GPU exit, and their pure helpers."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rawgraphs.context import gpu_available
+from rawgraphs.model import ModelConfig
+from rawgraphs.model.decode import DecodeModel
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+SCRIPTS = ("decode", "batch_sweep", "padding_cost", "memory_cost", "device_loop")
+sys.path.insert(0, str(BENCH))  # the scripts import their shared `common` module as a sibling
+
+import batch_sweep  # noqa: E402
+import common  # noqa: E402
+import device_loop  # noqa: E402
+import memory_cost  # noqa: E402
+import padding_cost  # noqa: E402
+
+
+def run_script(name, *args):
+    return subprocess.run([sys.executable, str(BENCH / f"{name}.py"), *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_help_runs_and_names_the_common_flags(name):
+    r = run_script(name, "--help")
+    assert r.returncode == 0, r.stderr
+    assert "--out" in r.stdout and "--quick" in r.stdout
+
+
+@pytest.mark.skipif(gpu_available(), reason="with a GPU the script would run the benchmark")
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_without_a_gpu_prints_one_sentence_and_exits_0(name, tmp_path):
+    r = run_script(name, "--quick", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 1 and "GPU" in lines[0] and lines[0].endswith(".")
+    assert not any(tmp_path.iterdir())
+
+
+def test_common_parser_defaults_and_flags(tmp_path):
+    ap = common.parser("doc line\n\nmore")
+    assert ap.parse_args([]).out == Path("out") and not ap.parse_args([]).quick
+    opts = ap.parse_args(["--out", str(tmp_path), "--quick"])
+    assert opts.out == tmp_path and opts.quick
+    with pytest.raises(SystemExit):
+        ap.parse_args(["--bogus"])
+
+
+def test_blocks_and_verdict_and_timing_counts():
+    assert [common.blocks_for(t) for t in (1, 16, 17, 513)] == [1, 1, 2, 33]
+    assert common.verdict(True) == "PASS" and common.verdict(False) == "MISS"
+    quick, full = common.timing(True), common.timing(False)
+    assert quick["iters"] * quick["repeats"] < full["iters"] * full["repeats"]
+
+
+def test_checks_remember_failures(capsys):
+    checks = common.Checks()
+    assert checks(True, "fine") and not checks(False, "broken")
+    assert checks.failed == ["broken"] and common.finish(checks) == 1
+    out = capsys.readouterr().out
+    assert "check ok: fine" in out and "CHECK FAILED: broken" in out
+    assert common.finish(common.Checks()) == 0
+
+
+def test_check_same_step_needs_bit_identical_finite_outputs():
+    import numpy as np
+    tok, logits = np.array([3, 4]), np.array([[1.0, 2.0], [0.5, -1.0]], np.float32)
+    checks = common.Checks()
+    assert common.check_same_step(checks, "same", (tok, logits), (tok.copy(), logits.copy()))
+    assert not common.check_same_step(checks, "off by one ulp", (tok, logits), (tok, np.nextafter(logits, 9)))
+    assert not common.check_same_step(checks, "nan", (tok, logits * np.nan), (tok, logits * np.nan))
+    assert len(checks.failed) == 2
+
+
+def test_padding_cost_helpers():
+    assert padding_cost.capture_sizes(True)[-1] == 64 and padding_cost.capture_sizes(False)[-1] == 256
+    assert 48 in padding_cost.capture_sizes(True)
+    assert padding_cost.interpolate((32, 48), (2.0, 4.0), 36) == pytest.approx(2.5)
+    with pytest.raises(ValueError):
+        padding_cost.interpolate((32, 48), (2.0, 4.0), 64)
+    assert padding_cost.seed_estimate(37, 48, 0.5) == pytest.approx((48 / 37 - 1) * 0.5)
+    cfg = ModelConfig.preset("1b")
+    f = padding_cost.kv_fraction(cfg, 37, 513)
+    kv = cfg.kv_bytes_per_token() * 37 * 513
+    assert f == pytest.approx(kv / (kv + cfg.weight_bytes())) and 0 < f < 1
+
+
+def test_memory_cost_sizes_and_static_bytes():
+    assert len(memory_cost.SIZES) == 15 and memory_cost.capture_sizes(True)[-1] == 64
+    cfg = ModelConfig.preset("small")
+    plan = DecodeModel(cfg, None, max_batch=4, plan_only=True)
+    want = sum(getattr(plan, n).nbytes for n in memory_cost.STATIC_BUFFERS)
+    assert memory_cost.static_bytes(plan) == want
+    assert plan.logits.nbytes == 4 * cfg.vocab * 4  # fp32 [B, V] is among them
+    per_graph = memory_cost.per_graph_pool_bytes(cfg, (1, 2, 4))
+    assert want < per_graph < 3 * want  # smaller sizes hold smaller buffers
+
+
+def test_batch_sweep_trend_and_sweeps():
+    assert batch_sweep.falls_with_batch([1.5, 1.3, 1.1])
+    assert batch_sweep.falls_with_batch([1.5, 1.52, 1.1])  # a rise within the slack
+    assert not batch_sweep.falls_with_batch([1.5, 1.8, 1.1])
+    assert not batch_sweep.falls_with_batch([1.1, 1.1])
+    models, Bs = batch_sweep.sweep(False)
+    assert models == ("small", "1b") and Bs == [1, 2, 4, 8, 16, 32, 64]
+
+
+def test_device_loop_sweeps():
+    assert device_loop.sweep(True) == (("small",), (16, 128))
+    assert device_loop.sweep(False) == (("small", "1b"), (16, 128, 512))
+    assert device_loop.EOS_NEVER < 0
