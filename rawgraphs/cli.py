@@ -78,6 +78,20 @@ def cmd_demo(args) -> int:
     return run(args)
 
 
+def cmd_bench(args) -> int:
+    """Run benchmark scripts and write JSON, PNG and summary.md to --out."""
+    from pathlib import Path
+
+    from .bench.suite import run_suite
+    return 1 if run_suite(args.names, Path(args.out), args.quick) else 0
+
+
+def cmd_break(args) -> int:
+    """The seed's exercise E: every forbidden thing inside a capture, and what it did."""
+    from .breakit import main as breakit_main
+    return breakit_main(args.rest)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rawgraphs", description="Raw, inspectable CUDA graphs for LLM decode.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -90,6 +104,15 @@ def build_parser() -> argparse.ArgumentParser:
     from .demo import add_arguments
     add_arguments(d)
     d.set_defaults(fn=cmd_demo)
+    from .bench.suite import BENCHMARKS
+    b = sub.add_parser("bench", help="run benchmarks: tables, JSON, PNG plots and summary.md")
+    b.add_argument("names", nargs="+", choices=["all", *BENCHMARKS], help="which benchmarks ('all': every one)")
+    b.add_argument("--out", default="out", help="folder for results (default ./out)")
+    b.add_argument("--quick", action="store_true", help="smaller runs, for a fast check")
+    b.set_defaults(fn=cmd_bench)
+    k = sub.add_parser("break", help="exercise E: try each forbidden call inside a capture, print what happened")
+    k.add_argument("rest", nargs=argparse.REMAINDER, help="options for the exercise (--json PATH)")
+    k.set_defaults(fn=cmd_break)
     return p
 
 

@@ -1,0 +1,65 @@
+"""The command line on a machine without a GPU: every command says so plainly and still does what it can."""
+
+import subprocess
+import sys
+
+import pytest
+
+from rawgraphs.bench.record import BenchResult, collect_metadata, make_row
+from rawgraphs.bench.suite import write_summary
+from rawgraphs.cli import build_parser
+from rawgraphs.context import gpu_available
+
+no_gpu = pytest.mark.skipif(gpu_available(), reason="checks the GPU-less behaviour")
+
+
+def run(*args):
+    p = subprocess.run([sys.executable, "-m", "rawgraphs", *args], capture_output=True, text=True, timeout=600)
+    return p.returncode, p.stdout + p.stderr
+
+
+@no_gpu
+def test_info_names_versions_and_says_there_is_no_gpu():
+    rc, out = run("info")
+    assert rc == 0 and "cuda-bindings" in out and "nvrtc" in out
+    assert "no NVIDIA driver was found" in out
+
+
+@no_gpu
+def test_compile_prints_a_table_of_every_kernel(tmp_path):
+    rc, out = run("compile", "--arch", "sm_80")
+    assert rc == 0
+    for kernel in ("gemv", "attention_combine", "rope_append", "decode_loop_tail", "axpb"):
+        assert any(line.split()[1:2] == [kernel] for line in out.splitlines() if line.strip()), kernel
+
+
+@no_gpu
+def test_demo_without_gpu_compiles_and_prints_the_plan():
+    rc, out = run("demo", "--model", "1b", "--batch", "2")
+    assert rc == 0
+    assert "No NVIDIA GPU" in out and "decode step plan, B=2" in out and "L0.qkv" in out
+    assert "kernels per step" in out and "floor" in out
+
+
+@no_gpu
+def test_bench_and_break_without_gpu_say_so():
+    rc, out = run("bench", "all", "--out", "unused")
+    assert rc == 0 and "no NVIDIA GPU" in out
+    rc, out = run("break")
+    assert rc == 0 and "unjoined fork" in out
+
+
+def test_parser_rejects_unknown_benchmarks_and_models():
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bench", "everything"])
+    args = build_parser().parse_args(["demo", "--model", "tiny", "--tokens", "5", "--batch", "37"])
+    assert (args.model, args.tokens, args.batch) == ("tiny", 5, 37)
+
+
+def test_summary_renders_every_result(tmp_path):
+    BenchResult("decode", collect_metadata(), {"B": 1}, [make_row([510.0, 490.0, 500.0], mode="graph")]).write_json(
+        tmp_path / "decode.json")
+    (tmp_path / "notes.json").write_text("{}")  # not a result: skipped, not fatal
+    text = write_summary(tmp_path).read_text()
+    assert "## decode" in text
+    assert "graph" in text and "500" in text
