@@ -92,7 +92,7 @@ def time_case(model: str, rg: DecodeModel, tm: TorchDecoder, B: int, stream: Str
         fn, message = tm.try_compile(B, COMPILE_BUDGET_S)
         compile_ms = (time.perf_counter() - t0) * 1e3
         notes.append(f"{model} B={B}: {message}")
-        print(message)
+        print(message, flush=True)
         if fn is not None:
             ok = match_length(tm.generate(check["prompts"], N_NEW, "compile"), check["torch_tokens"])
             notes.append(f"{model} B={B}: torch.compile tokens match torch CUDAGraph for {ok}/{N_NEW} steps")
@@ -125,9 +125,9 @@ def run_model(model: str, batches: tuple[int, ...], seed: int, quick: bool, stre
     tm = TorchDecoder(cfg, weights, max(batches), MAX_LEN)
     del weights
     if not tm.fp32_logits:
-        notes.append("torch.mm(out_dtype=float32) is missing: torch logits are bf16-rounded (ties likelier)")
+        notes.append("torch.mm(out_dtype=float32) is missing: torch's LM head reads an fp32 copy (2x its bytes)")
     print(f"{model}: D={cfg.dim} L={cfg.n_layers} H={cfg.n_heads} F={cfg.ffn_dim} V={cfg.vocab}; "
-          f"weights + both models ready in {time.perf_counter() - t0:.1f} s")
+          f"weights + both models ready in {time.perf_counter() - t0:.1f} s", flush=True)
     checks, rows = [], []
     for B in batches:
         check = check_tokens(model, rg, tm, B, stream, dev)
@@ -136,7 +136,8 @@ def run_model(model: str, batches: tuple[int, ...], seed: int, quick: bool, stre
         rows += time_case(model, rg, tm, B, stream, check, compile_here, notes)
         med = {r["method"]: r["summary"]["median"] for r in rows if r["batch"] == B}
         print(f"  B={B}: tokens rawgraphs vs torch graph equal for {check['rg_vs_torch']}/{N_NEW} steps; "
-              f"step us: rawgraphs graph {med['rawgraphs graph']:.1f}, torch CUDAGraph {med['torch CUDAGraph']:.1f}")
+              f"step us: rawgraphs graph {med['rawgraphs graph']:.1f}, torch CUDAGraph {med['torch CUDAGraph']:.1f}",
+              flush=True)
     for check in checks:
         del check["rg_graph"]
     del rg, tm
@@ -219,7 +220,11 @@ def main(argv: list[str] | None = None) -> int:
                                  "torch_max_len": MAX_LEN, "timing": TIMING, "host_timing": HOST,
                                  "tokens": [{k: c[k] for k in keep} for c in checks]},
                          rows=rows, notes=notes)
-    paths = [result.write_json(out / "compare_torch.json")] + [plot(out, m, rows) for m in models]
+    paths = [result.write_json(out / "compare_torch.json")]
+    try:
+        paths += [plot(out, m, rows) for m in models]
+    except ImportError as e:  # matplotlib is the optional [bench] extra
+        print(f"no PNG: {e}")
     print(f"wrote {', '.join(str(p) for p in paths)} in {time.perf_counter() - t0:.0f} s")
     for n in notes[:-1]:
         print("note:", n)

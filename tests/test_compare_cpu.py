@@ -1,8 +1,13 @@
-"""CPU tests of the PyTorch comparison's pure helpers; torch is never imported here (it breaks under pytest on the
-device machine), so ``TorchDecoder`` itself runs only in ``benchmarks/compare_torch.py``."""
+"""CPU tests of the PyTorch comparison: its pure helpers, and ``TorchDecoder`` on the CPU against the reference.
 
+torch is never imported in this process (under pytest it fails on the device machine): the ``TorchDecoder`` test
+runs a script in a subprocess, and skips where torch is not installed.
+"""
+
+import importlib.util
 import subprocess
 import sys
+import textwrap
 
 import ml_dtypes
 import numpy as np
@@ -69,3 +74,37 @@ def test_match_length_is_the_shortest_common_prefix_over_rows():
     assert match_length([[1, 2, 3]], [[1, 2]]) == 2
     with pytest.raises(ValueError, match="rows"):
         match_length(a, a[:1])
+
+
+_DECODER_SCRIPT = textwrap.dedent("""
+    import numpy as np
+    from rawgraphs.compare import TorchDecoder, match_length
+    from rawgraphs.model import ModelConfig, ReferenceModel, Weights, make_block_tables
+    from rawgraphs.model.reference import argmax
+
+    for kv_heads in (2, 1):  # tiny as is (G=2), and G=4
+        cfg = ModelConfig.preset("tiny").replace(n_kv_heads=kv_heads)
+        w = Weights.random(cfg, 3)
+        B, P, N = 3, 5, 12
+        prompts = [[(7 * b + 13 * i + 1) % cfg.vocab for i in range(P)] for b in range(B)]
+        got = TorchDecoder(cfg, w, max_batch=4, max_len=32, device="cpu").generate(prompts, N, "eager")
+        ref = ReferenceModel(cfg, w, num_blocks=2 * B)
+        tables = make_block_tables([[2 * b, 2 * b + 1] for b in range(B)], 2)
+        want = [[] for _ in range(B)]
+        for t in range(P - 1 + N):
+            tokens = [p[t] if t < P else o[-1] for p, o in zip(prompts, want)]
+            nxt = argmax(ref.step(tokens, [t] * B, tables))
+            if t >= P - 1:
+                for o, x in zip(want, nxt):
+                    o.append(int(x))
+        n = match_length(got, want)
+        assert n == N, f"KVH={kv_heads}: torch tokens match the reference for {n}/{N} steps: {got} vs {want}"
+    print("ok")
+""")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed here")
+def test_torch_decoder_greedy_tokens_match_the_reference_on_cpu():
+    # the bf16-rounding reference and the torch model round at the same points: 12 greedy tokens agree exactly
+    run = subprocess.run([sys.executable, "-c", _DECODER_SCRIPT], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout + run.stderr

@@ -157,6 +157,8 @@ class TorchDecoder:
         self.capture_stats: dict[int, CaptureStats] = {}
         self.compiled: dict[int, object] = {}  # B -> torch.compile'd step
         self.fp32_logits = self._probe_fp32_mm()
+        # without mm(out_dtype=fp32) (older torch, CPU) an fp32 copy of the LM head keeps the logits exact
+        self.lm_head_f32 = None if self.fp32_logits else self.lm_head.float()  # [V, D]
 
     def _probe_fp32_mm(self) -> bool:
         """Whether ``torch.mm(bf16, bf16, out_dtype=float32)`` exists here (torch >= 2.8)."""
@@ -205,7 +207,7 @@ class TorchDecoder:
         if self.fp32_logits:
             logits = torch.mm(h, self.lm_head.t(), out_dtype=torch.float32)  # [B, V] fp32
         else:
-            logits = F.linear(h, self.lm_head).float()  # [B, V] (bf16-rounded: ties are likelier)
+            logits = F.linear(h.float(), self.lm_head_f32)  # [B, V] fp32, reading twice the bytes
         self.next_tokens[:B] = logits.argmax(dim=-1)
 
     def _set_inputs(self, tokens, positions) -> int:
@@ -300,6 +302,8 @@ class TorchDecoder:
 
     def _static_tensors(self) -> list:
         weights = [self.embed, self.lm_head, self.final_norm] + [t for w in self.layers for t in w.values()]
+        if self.lm_head_f32 is not None:
+            weights.append(self.lm_head_f32)
         return weights + [self.k_cache, self.v_cache, self.cos, self.sin, self.tokens, self.positions,
                           self.next_tokens, self.rows, self.key_index]
 
