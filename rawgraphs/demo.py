@@ -17,8 +17,11 @@ from .bench.stats import summarize
 from .bench.timing import time_gpu, time_host
 from .context import Stream, gpu_available
 from .model import ModelConfig, Weights
+from .model.blocks import BlockAllocator, make_block_tables
 from .model.decode import DecodeModel
 from .model.generate import MODES, generate, model_step, step_runner
+from .model.loop import DeviceLoop
+from .runner import DEFAULT_CAPTURE_SIZES, DecodeRunner, pick_size
 
 NOMINAL_GBS = 4270.0  # H200 copy bandwidth measured here (read + write); used only for the GPU-less plan
 
@@ -31,6 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, default=1, help="sequences decoded together (default 1)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     p.add_argument("--no-pdl", action="store_true", help="launch without programmatic dependent launch")
+    p.add_argument("--update", action="store_true", help="also swap weights, KV pool and eps in place, no recapture")
+    p.add_argument("--loop", type=int, default=0, metavar="N", help="also decode N tokens in one graph launch")
 
 
 def load(spec: str, seed: int, with_weights: bool = True) -> tuple[ModelConfig, Weights | None]:
@@ -74,35 +79,76 @@ def run(args: argparse.Namespace) -> int:
         return 0
     _, weights = load(args.model, args.seed)
     B = args.batch
-    model = DecodeModel(cfg, weights, max_batch=B, kv_tokens=len(prompts[0]) + args.tokens, pdl=not args.no_pdl)
+    size = pick_size(B, DEFAULT_CAPTURE_SIZES) or B  # the runner pads B up to its next capture size
+    model = DecodeModel(cfg, weights, max_batch=size, kv_tokens=len(prompts[0]) + max(args.tokens, args.loop) + 1,
+                        pdl=not args.no_pdl)
     stream = Stream.create()
     print(f"model {args.model}: D={cfg.dim} L={cfg.n_layers} H={cfg.n_heads} KVH={cfg.n_kv_heads} "
           f"F={cfg.ffn_dim} V={cfg.vocab}; batch {B}; {len(model.step_launches(B))} kernels per step; "
           f"PDL {'off' if args.no_pdl else 'on'}")
+    runner = DecodeRunner(model, [s for s in DEFAULT_CAPTURE_SIZES if s <= size], stream=stream)
+    runner.capture(progress=False)
     results, runners = {}, {}
     for mode in MODES:
         runners[mode] = step_runner(model, B, stream, mode)
         results[mode] = generate(model, prompts, args.tokens, keep_logits=True,
                                  step=model_step(model, B, stream, run=runners[mode]))
-    same = all(results[m].tokens == results["eager"].tokens for m in MODES)
+    results["runner"] = generate(model, prompts, args.tokens, keep_logits=True, step=runner.step)
+    same = all(results[m].tokens == results["eager"].tokens for m in results)
     diff = max(float(np.abs(a - b).max()) for m in MODES for a, b in zip(results[m].logits,
                                                                          results["eager"].logits))
     for b, toks in enumerate(results["eager"].tokens[:4]):
         print(f"row {b}: prompt {prompts[b]} -> {toks}")
-    print(f"tokens identical across eager/capture/explicit: {same}; max logit difference {diff:g}")
+    print(f"tokens identical across eager/capture/explicit/runner: {same}; max logit difference eager vs graphs "
+          f"{diff:g}")
     gbs = copy_bandwidth_gbs(stream)
     ctx = [len(prompts[0]) + args.tokens] * B
     floor = floor_ms(cfg, ctx, gbs)
     rows = []
-    for mode in MODES:
-        gpu_us = summarize(time_gpu(runners[mode], stream, warmup=5, iters=20, repeats=10)).median
-        host_us = summarize(time_host(runners[mode], warmup=2, iters=3, repeats=10,
-                                      sync=stream.synchronize)).median
+    runners["runner"] = lambda: runner.graphs[size].launch(stream)
+    for mode, run in runners.items():
+        gpu_us = summarize(time_gpu(run, stream, warmup=5, iters=20, repeats=10)).median
+        host_us = summarize(time_host(run, warmup=2, iters=3, repeats=10, sync=stream.synchronize)).median
         ms = gpu_us / 1e3
-        rows.append({"mode": mode, "ms/step": ms, "host us/step": host_us, "tokens/s": B / ms * 1e3,
-                     "kernels": len(model.step_launches(B)), "GB/s": step_bytes(cfg, ctx) / ms / 1e6,
-                     "x floor": ms / floor})
-    print(format_table(rows, ["mode", "ms/step", "host us/step", "tokens/s", "kernels", "GB/s", "x floor"],
+        rows.append({"mode": mode, "batch": f"{B}->{size}" if mode == "runner" else str(B), "ms/step": ms,
+                     "host us/step": host_us, "tokens/s": B / ms * 1e3,
+                     "kernels": len(model.step_launches(size if mode == "runner" else B)),
+                     "GB/s": step_bytes(cfg, ctx) / ms / 1e6, "x floor": ms / floor})
+    print(format_table(rows, ["mode", "batch", "ms/step", "host us/step", "tokens/s", "kernels", "GB/s", "x floor"],
                        title=f"decode step at context {ctx[0]} (floor {floor:.3f} ms at {gbs / 1000:.2f} TB/s "
                              f"measured copy bandwidth)"))
-    return 0 if same else 1
+    ok = same
+    if args.loop:
+        ok &= _loop_demo(model, prompts, args.loop, stream, results["eager"].tokens, runners["capture"])
+    if args.update:
+        from .demo_update import run_update_demo
+        ok &= run_update_demo(cfg, weights, prompts, min(args.tokens, 16), args.seed)
+    return 0 if ok else 1
+
+
+def _loop_demo(model: DecodeModel, prompts, n: int, stream: Stream, want_tokens, replay) -> bool:
+    """Decode ``n`` tokens per row in ONE graph launch (a WHILE node) and compare with step-by-step decoding."""
+    B = len(prompts)
+    last = generate(model, prompts, 1, step=model_step(model, B, stream, "capture"))  # prefill; KV holds prompts
+    loop = DeviceLoop(model, B, n, eos=-1, stream=stream)  # no EOS: runs n steps
+    alloc_tables = _tables_for(model, B, len(prompts[0]) + n + 1)
+    first = [t[0] for t in last.tokens]
+    positions = [len(p) for p in prompts]
+    got = loop.run(first, positions, alloc_tables)
+    want = [w[1:n + 1] for w in want_tokens] if len(want_tokens[0]) > n else None
+    us = summarize(time_gpu(lambda: loop.exe.launch(stream), stream, warmup=1, iters=1, repeats=5)).median
+    step_us = summarize(time_gpu(replay, stream, warmup=2, iters=10, repeats=5)).median
+    same = want is None or got == want
+    print(f"device loop: {n} tokens x {B} rows in one graph launch: {us / n:.1f} us/token (single-step replay "
+          f"{step_us:.1f} us); tokens equal step-by-step: {same if want is not None else 'n/a (use --tokens > N)'}")
+    return same
+
+
+def _tables_for(model: DecodeModel, B: int, tokens: int) -> np.ndarray:
+    """Block tables giving row b the same blocks generate() gave it (fresh allocator, rows in order)."""
+    alloc = BlockAllocator(model.num_blocks)
+    blocks = [[] for _ in range(B)]
+    for t in range(tokens):
+        for b in range(B):
+            alloc.grow(blocks[b], t + 1)
+    return make_block_tables(blocks, model.max_blocks)

@@ -21,6 +21,7 @@ from .context import Stream
 from .errors import ClosedError, GraphUpdateError, check, error_from
 from .graph import Graph, Node, _show, kernel_node_params
 from .kernel import KernelArgs, LaunchShape
+from .memory import as_view
 
 __all__ = ["GraphExec"]
 
@@ -202,6 +203,22 @@ class GraphExec:
             p.sharedMemBytes = s.shared
             raise
         rec.shape = shape
+
+    def retarget(self, mapping: dict) -> int:
+        """Point every pointer argument that now points at a key of ``mapping`` at its value instead (keys and
+        values: buffers, arrays or addresses). Swaps a whole weight set or KV pool in place; returns the number
+        of kernel nodes changed."""
+        self._live()
+        where = {k if isinstance(k, int) else as_view(k).ptr: v for k, v in mapping.items()}
+        changed = 0
+        for rec in self._kernels.values():
+            new = {p.name: where[rec.args.raw(p.name)] for p in rec.args.signature.params
+                   if p.type == "ptr" and rec.args.raw(p.name) in where}
+            if new:
+                rec.args.set(**new)
+                self._push(rec)
+                changed += 1
+        return changed
 
     def set_enabled(self, node: Node | str, enabled: bool) -> None:
         """Enable or disable a kernel, memset or memcpy node for later launches."""

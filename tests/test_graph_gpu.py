@@ -260,3 +260,17 @@ def test_ten_thousand_cycles_leak_nothing(k, stream):
     free1 = dev.memory_info()[0]
     assert abs(free0 - free1) <= 2 << 20, f"device memory moved by {free0 - free1} bytes"
     assert refs[0]() is None and refs[1]() is None
+
+
+def test_retarget_swaps_every_pointer_to_a_buffer(k, bufs, stream, rng):
+    exe = diamond_explicit(k, bufs).instantiate()
+    x2 = DeviceBuffer.from_numpy(rng.standard_normal(N).astype(np.float32))
+    d2 = DeviceBuffer(N, np.float32)
+    d2.fill_bytes(0xFF)
+    bufs["d"].fill_bytes(0xFF)
+    assert exe.retarget({bufs["x"]: x2, bufs["d"].ptr: d2}) == 2  # node a reads x; node d writes d
+    exe.launch(stream)
+    stream.synchronize()
+    want = expected({**bufs, "x": x2})
+    np.testing.assert_array_equal(d2.to_numpy(), want["d"])
+    assert np.isnan(bufs["d"].to_numpy()).all()
