@@ -236,6 +236,18 @@ class Graph:
                   "cuGraphAddMemFreeNode")
         return self._record(Node(h, "mem_free", self._name(name, "mem_free"), deps))
 
+    def make_device_updatable(self, node: Node) -> int:
+        """Mark a kernel node device-updatable; returns its device handle for kernels/device_update.cu
+        (``cudaGraphKernelNodeSetGridDim`` / ``SetParam`` from a kernel in the running graph)."""
+        if node.kind != "kernel":
+            raise ValueError(f"{node.name!r} is a {node.kind} node; only kernel nodes are device-updatable")
+        attr = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE
+        value = driver.CUlaunchAttributeValue()
+        value.deviceUpdatableKernelNode.deviceUpdatable = 1
+        check(driver.cuGraphKernelNodeSetAttribute(node.handle, attr, value), "cuGraphKernelNodeSetAttribute")
+        got = check(driver.cuGraphKernelNodeGetAttribute(node.handle, attr), "cuGraphKernelNodeGetAttribute")
+        return int(got.deviceUpdatableKernelNode.devNode)
+
     # ---- lookup and inspection ----------------------------------------------------------------------------
     def node(self, name: str) -> Node:
         """The node called ``name``."""

@@ -32,7 +32,7 @@ _C_TYPES = {
     "int": "i32", "int32_t": "i32", "unsigned": "u32", "unsigned int": "u32", "uint32_t": "u32",
     "long long": "i64", "long long int": "i64", "int64_t": "i64",
     "unsigned long long": "u64", "unsigned long long int": "u64", "uint64_t": "u64", "size_t": "u64",
-    "cudaGraphConditionalHandle": "u64", "float": "f32", "double": "f64",
+    "cudaGraphConditionalHandle": "u64", "cudaGraphDeviceNode_t": "u64", "float": "f32", "double": "f64",
 }
 _FORMATS = {"ptr": "Q", "i32": "i", "u32": "I", "i64": "q", "u64": "Q", "f32": "f", "f64": "d"}
 _RANGES = {"i32": (-2**31, 2**31 - 1), "u32": (0, 2**32 - 1), "i64": (-2**63, 2**63 - 1),
@@ -196,6 +196,10 @@ class KernelArgs:
     def values(self) -> dict:
         """The current value of every field, in signature order."""
         return {n: self._values[n] for n in self.signature.names}
+
+    def offset(self, name: str) -> int:
+        """Byte offset of ``name`` in the kernel's parameter buffer (what device-side node updates address)."""
+        return self._layout[name][2]
 
     def raw(self, name: str):
         """The value stored in the block for ``name`` (a pointer as an int), read back from the bytes."""

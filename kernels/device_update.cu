@@ -1,0 +1,28 @@
+// device_update.cu: kernels that change a *device-updatable* kernel node of the running graph from the device.
+//
+// cudaGraphKernelNodeSetGridDim / cudaGraphKernelNodeSetParam are device runtime builtins; the CUDA wheels ship
+// no crt/ headers for cuda_device_runtime_api.h under NVRTC, so we declare them here. A node handle
+// (cudaGraphDeviceNode_t) comes from Graph.make_device_updatable(node).
+//
+// set_grid_from:   grid.x of `node` = max(1, ceil(*count / per_block))        grid = (1,), block = (1,)
+// set_scalar_from: bytes [offset, offset + 4) of `node`'s parameters = *value  grid = (1,), block = (1,)
+//   node u64 (device node handle); count [1] int32; per_block int32; value [1] float32; offset u64 (bytes).
+
+struct CUgraphDeviceUpdatableNode_st;
+typedef struct CUgraphDeviceUpdatableNode_st* cudaGraphDeviceNode_t;
+extern "C" __device__ __cudart_builtin__ cudaError_t CUDARTAPI cudaGraphKernelNodeSetGridDim(cudaGraphDeviceNode_t node,
+                                                                                           dim3 gridDim);
+extern "C" __device__ __cudart_builtin__ cudaError_t CUDARTAPI cudaGraphKernelNodeSetParam(cudaGraphDeviceNode_t node,
+                                                                                         size_t offset,
+                                                                                         const void* value,
+                                                                                         size_t size);
+
+extern "C" __global__ void set_grid_from(cudaGraphDeviceNode_t node, const int* __restrict__ count, int per_block) {
+    const int blocks = (*count + per_block - 1) / per_block;
+    cudaGraphKernelNodeSetGridDim(node, dim3(blocks > 0 ? blocks : 1, 1, 1));
+}
+
+extern "C" __global__ void set_scalar_from(cudaGraphDeviceNode_t node, const float* __restrict__ value,
+                                           unsigned long long offset) {
+    cudaGraphKernelNodeSetParam(node, (size_t)offset, value, sizeof(float));
+}
