@@ -5,7 +5,7 @@ bit-identical) and timed next to what recapture + instantiate costs:
 1. the whole weight set (a second seeded model) via ``GraphExec.retarget``;
 2. the KV-cache pool (every layer's K and V) via ``retarget``; the old pool is then poisoned to prove it is
    no longer read;
-3. a scalar, RMSNorm's eps, on every rmsnorm node via ``set_args_where``.
+3. a scalar, RMSNorm's eps, on every node that takes one, via ``set_args_many``.
 """
 
 from __future__ import annotations
@@ -31,6 +31,15 @@ def _weights_map(a: DecodeModel, b: DecodeModel) -> dict:
         pairs += [(getattr(la, n), getattr(lb, n)) for n in ("w_qkv", "w_o", "w_gate_up", "w_down", "attn_norm",
                                                             "mlp_norm")]
     return dict(pairs)
+
+
+def _set_eps(exe, eps: float) -> int:
+    """Give every kernel node with an ``eps`` argument (norms, fused or not) the new value."""
+    by_kernel: dict[str, list] = {}
+    for node in exe.graph.nodes:
+        if node.kind == "kernel" and "eps" in node.kernel.signature.names:
+            by_kernel.setdefault(node.kernel.name, []).append(node)
+    return sum(exe.set_args_many(nodes, eps=eps) for nodes in by_kernel.values())
 
 
 def _decode(model, prompts, n, stream, run):
@@ -78,7 +87,7 @@ def run_update_demo(cfg: ModelConfig, weights: Weights, prompts: list[list[int]]
 
     eps = cfg.rms_norm_eps * 100
     eps_model = DecodeModel(replace(cfg, rms_norm_eps=eps), weights, max_batch=B, kv_tokens=kv)
-    swap(f"rmsnorm eps {cfg.rms_norm_eps:g} -> {eps:g}", eps_model, lambda: exe.set_args_where("rmsnorm", eps=eps))
+    swap(f"rmsnorm eps {cfg.rms_norm_eps:g} -> {eps:g}", eps_model, lambda: _set_eps(exe, eps))
 
     print(format_table(rows, ["update", "nodes", "update ms", "recapture+instantiate ms", "speedup",
                               "equals fresh capture"], title="in-place updates of an instantiated decode graph"))
