@@ -1,0 +1,39 @@
+"""Destructors wait while a capture is open (a free during a global-mode capture would invalidate it), and the
+synchronous-copy guard, without a GPU."""
+
+import pytest
+
+from rawgraphs.capture_state import capture_closed, capture_opened, release, state
+from rawgraphs.errors import CaptureError
+
+
+def test_release_runs_now_without_open_captures():
+    calls = []
+    release(calls.append, 1)
+    assert calls == [1]
+
+
+def test_release_waits_for_the_last_open_capture():
+    calls = []
+    capture_opened()
+    capture_opened()
+    try:
+        release(calls.append, "a")
+        release(calls.append, "b")
+        assert calls == []
+        capture_closed()
+        assert calls == []  # one capture still open
+    finally:
+        capture_closed()
+    assert calls == ["a", "b"]
+
+
+def test_synchronous_copy_is_refused_while_this_thread_captures():
+    state.refuse("anything")  # nothing open: no error
+    state.depth += 1
+    try:
+        with pytest.raises(CaptureError, match="NOT be recorded") as ei:
+            state.refuse("DeviceBuffer.copy_from (synchronous cuMemcpyHtoD)")
+        assert ei.value.name == "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"
+    finally:
+        state.depth -= 1
