@@ -37,10 +37,10 @@ class Node:
     args: KernelArgs | None = None
     ptr: int | None = None  # the address a mem_alloc node hands out
     pins: tuple = field(default=(), repr=False)  # objects the node points at, kept alive with the graph
+    key: int = field(init=False, repr=False)  # int(handle), computed once: lookups are on the update path
 
-    @property
-    def key(self) -> int:
-        return int(self.handle)
+    def __post_init__(self):
+        self.key = int(self.handle)
 
     def describe(self) -> dict:
         """A plain dict for inspection: name, kind, kernel, launch shape, argument values, dependencies."""
