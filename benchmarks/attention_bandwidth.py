@@ -4,8 +4,8 @@ The 1b config's attention (H=16, hd=128; KVH=16 and a GQA variant KVH=4) at B = 
 context 512 or 4096, launched with the plan for max_seq_len=4096 (the fixed grid one CUDA graph uses). Each
 timed launch is queued behind a ~50 us spin kernel so the GPU never waits for Python, and the KV pool is
 rotated over copies that together exceed the 60 MB L2 (cold reads, as in decode). Median of CUDA-event times
-(attention alone, and attention + combine); GB/s of K+V bytes read and the ratio to the measured 4270 GB/s
-copy bandwidth. Then:
+(attention alone, attention + combine, and attention with the combine fused in, as the decode step runs it);
+GB/s of K+V bytes read and the ratio to the measured 4270 GB/s copy bandwidth. Then:
 B=48 with 11 inactive rows next to B=37 (inactive rows must cost next to nothing).
 
 Usage: PYTHONPATH=. python3 benchmarks/attention_bandwidth.py [--out results.json] [--reps 50]
@@ -66,15 +66,18 @@ def time_case(mods, stream, kvh: int, batch: int, ctx: int, active: int, reps: i
     attn, comb = mods["attention"].kernel(plan.kernel), mods["attention"].kernel("attention_combine")
     spin = mods["spin"].kernel("spin")
     spin_args = spin.args(cycles=100_000)  # ~50 us at ~1.98 GHz: covers the Python launches behind it
-    attn_args = [attn.args(out=out, part_o=part_o, part_ml=part_ml, q=q, k_cache=k_cache, v_cache=v_cache,
-                           block_tables=t, positions=positions, max_blocks=max_blocks, n_heads=H,
-                           n_kv_heads=kvh, partition=plan.partition, max_splits=plan.max_splits,
-                           scale=plan.scale)
-                 for t in tables]
+    counters = DeviceBuffer(plan.counters_shape, np.int32)  # fused combine; every launch leaves it zero
+    counters.zero()
+    device().synchronize()
+    attn_args, fused_args = ([attn.args(out=out, part_o=part_o, part_ml=part_ml, counters=c, q=q, k_cache=k_cache,
+                                        v_cache=v_cache, block_tables=t, positions=positions, max_blocks=max_blocks,
+                                        n_heads=H, n_kv_heads=kvh, partition=plan.partition,
+                                        max_splits=plan.max_splits, scale=plan.scale)
+                              for t in tables] for c in (0, counters))
     comb_args = comb.args(out=out, part_o=part_o, part_ml=part_ml, positions=positions, max_blocks=max_blocks,
                           n_heads=H, head_dim=HD, partition=plan.partition, max_splits=plan.max_splits)
-    start, mid, end = Event.create(), Event.create(), Event.create()
-    times, attn_times = [], []
+    start, mid, end, fstart, fend = (Event.create() for _ in range(5))
+    times, attn_times, fused_times = [], [], []
     for i in range(reps + 5):
         spin.launch(LaunchShape(grid=(1,), block=(32,)), spin_args, stream)
         start.record(stream)
@@ -83,16 +86,22 @@ def time_case(mods, stream, kvh: int, batch: int, ctx: int, active: int, reps: i
         if plan.combine:
             comb.launch(plan.combine_shape, comb_args, stream)
         end.record(stream)
-        end.synchronize()
+        spin.launch(LaunchShape(grid=(1,), block=(32,)), spin_args, stream)
+        fstart.record(stream)
+        attn.launch(plan.attention, fused_args[(i + 1) % copies], stream)
+        fend.record(stream)
+        fend.synchronize()
         if i >= 5:  # warm-up
             times.append(start.elapsed_ms(end) * 1e3)
             attn_times.append(start.elapsed_ms(mid) * 1e3)
+            fused_times.append(fstart.elapsed_ms(fend) * 1e3)
     us = float(np.median(times))
     gbs = kv_bytes / us / 1e3
     return {"kvh": kvh, "g": plan.heads_per_block, "batch": batch, "active": active, "ctx": ctx,
             "partition": plan.partition, "splits": plan.max_splits, "grid": list(plan.attention.grid),
             "kv_mb": kv_bytes / 2**20,
-            "median_us": us, "attention_us": float(np.median(attn_times)), "gbs": gbs, "ratio": gbs / HBM_GBS}
+            "median_us": us, "attention_us": float(np.median(attn_times)),
+            "fused_us": float(np.median(fused_times)), "gbs": gbs, "ratio": gbs / HBM_GBS}
 
 
 def main() -> None:
@@ -120,10 +129,11 @@ def main() -> None:
     print(f"{dev.name}  H={H} hd={HD} plan max_seq_len={MAX_SEQ}  registers: "
           + ", ".join(f"{n} {a['registers']} (spill {a['local_bytes']} B)" for n, a in attrs.items()))
     print(f"{'KVH':>4} {'G':>2} {'B':>3} {'act':>3} {'ctx':>5} {'part':>4} {'spl':>3} {'KV MB':>8} "
-          f"{'attn us':>8} {'total us':>8} {'GB/s':>7} {'/4270':>6}")
+          f"{'attn us':>8} {'total us':>8} {'fused us':>8} {'GB/s':>7} {'/4270':>6}")
     for r in rows:
         print(f"{r['kvh']:>4} {r['g']:>2} {r['batch']:>3} {r['active']:>3} {r['ctx']:>5} {r['partition']:>4} "
               f"{r['splits']:>3} {r['kv_mb']:>8.1f} {r['attention_us']:>8.2f} {r['median_us']:>8.2f} "
+              f"{r['fused_us']:>8.2f} "
               f"{r['gbs']:>7.0f} {r['ratio']:>6.2f}")
     try:
         rev = subprocess.run(["git", "rev-parse", "HEAD"], check=False, capture_output=True,

@@ -15,13 +15,19 @@
 //   contiguous 16*hd*2-byte run), runs an online softmax in the log2 domain (fp32), and the 4 warps merge
 //   through shared memory in a fixed order.
 //   max_splits == 1: the block writes out directly (normalised bf16) and no combine is launched.
-//   max_splits  > 1: the block writes unnormalised partials (fp32) to the workspace; attention_combine
-//   merges them.
+//   max_splits  > 1, counters null: the block writes unnormalised partials (fp32) to the workspace;
+//   attention_combine merges them.
+//   max_splits  > 1, counters given (fused combine, no second launch): a row whose context fits one
+//   partition is written directly by its split-0 block; otherwise every block with tokens writes its partials,
+//   fences, and counts itself in counters[b, y]; the last of the row's n = ceil(ctx / partition) blocks
+//   resets the counter to 0 (ready for the next launch or graph replay) and merges the n partials in split
+//   order (the same order whichever block is last: bit-identical run to run).
 //   Contexts are clamped to min(max_blocks * 16, max_splits * partition) (what the table and grid can hold).
 //   Arguments:
 //     out          [B, H * hd]                    bf16   (written when max_splits == 1)
 //     part_o       [B, H, max_splits, hd]         fp32   workspace (unused when max_splits == 1; may be null)
 //     part_ml      [B, H, max_splits, 2]          fp32   workspace: running max (log2 domain), sum of exp2
+//     counters     [B, H / G]                     int32  zero before the first launch, zero after each; or null
 //     q            [B, H, hd]                     bf16   (RoPE applied)
 //     k_cache      [num_blocks, KVH, 16, hd]      bf16
 //     v_cache      [num_blocks, KVH, 16, hd]      bf16
@@ -69,10 +75,10 @@ __device__ __forceinline__ void bf16x8_to_float(const uint4& u, float* f) {
 template <int HD, int G>
 __device__ __forceinline__ void attention_block(
         __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-        const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
-        const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
-        const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads, int partition,
-        int max_splits, float scale) {
+        int* __restrict__ counters, const __nv_bfloat16* __restrict__ q,
+        const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
+        const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
+        int n_kv_heads, int partition, int max_splits, float scale) {
     constexpr int C = HD / 8;       // lanes per token row (one 16-byte chunk of 8 bf16 each)
     constexpr int TPL = 32 / C;     // tokens covered by one warp-wide load
     constexpr int J = ATTN_PAGE / TPL;  // loads per lane per page (K and V each)
@@ -95,8 +101,10 @@ __device__ __forceinline__ void attention_block(
     const int pos = positions[b];
     const int ctx = attn_ctx(pos, max_blocks, partition, max_splits);
     const int t0 = split * partition;
+    const int n_used = (ctx + partition - 1) / partition;  // splits that hold tokens (0 for inactive rows)
+    const bool direct = max_splits == 1 || (counters != nullptr && n_used <= 1);  // this block writes out
     if (t0 >= ctx) {  // past the end (or inactive): nothing to read
-        if (split == 0 && max_splits == 1) {  // single pass: this block owns the zero output
+        if (split == 0 && direct) {  // this block owns the zero output
             for (int e = threadIdx.x; e < G * HD; e += blockDim.x)
                 out[((long long)b * n_heads + h0) * HD + e] = __float2bfloat16(0.f);
         }
@@ -219,7 +227,7 @@ __device__ __forceinline__ void attention_block(
             oo = fmaf(o_s[w][g][d], wt, oo);
         }
         const long long bh = (long long)b * n_heads + h0 + g;
-        if (max_splits == 1) {
+        if (direct) {
             out[bh * HD + d] = __float2bfloat16(oo / ll);
         } else {
             part_o[(bh * max_splits + split) * HD + d] = oo;
@@ -229,106 +237,135 @@ __device__ __forceinline__ void attention_block(
             }
         }
     }
+    if (direct || counters == nullptr) return;
+
+    // Fused combine: the last of the row's n_used blocks merges (threadFenceReduction pattern).
+    __shared__ int is_last;
+    __threadfence();  // this thread's partials are visible device-wide before the block counts itself
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int* counter = counters + (long long)b * gridDim.y + blockIdx.y;
+        is_last = atomicAdd(counter, 1) == n_used - 1;
+        if (is_last) *counter = 0;  // every other block of the row has counted: reset for the next launch
+    }
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    for (int e = threadIdx.x; e < G * HD; e += blockDim.x) {
+        const int g = e / HD, d = e % HD;
+        const long long bh = (long long)b * n_heads + h0 + g;
+        const float* ml = part_ml + bh * max_splits * 2;
+        const float* po = part_o + bh * max_splits * HD + d;
+        float mm = ATTN_NEG_INF;
+        for (int s = 0; s < n_used; ++s) mm = fmaxf(mm, __ldcg(ml + 2 * s));
+        float ll = 0.f, oo = 0.f;
+        for (int s = 0; s < n_used; ++s) {  // L2 loads (__ldcg): other blocks wrote them during this launch
+            const float wt = exp2f(__ldcg(ml + 2 * s) - mm);
+            ll = fmaf(__ldcg(ml + 2 * s + 1), wt, ll);
+            oo = fmaf(__ldcg(po + (long long)s * HD), wt, oo);
+        }
+        out[bh * HD + d] = __float2bfloat16(oo / ll);
+    }
 }
 
 // One entry point per (head dim, query heads per block): each gets only the registers its G needs.
 extern "C" __global__ void __launch_bounds__(128)
 attention_hd16_g1(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-                  const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
-                  const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
-                  const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads,
-                  int partition, int max_splits, float scale) {
+                  int* __restrict__ counters, const __nv_bfloat16* __restrict__ q,
+                  const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
+                  const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
+                  int n_kv_heads, int partition, int max_splits, float scale) {
     pdl_begin();
-    attention_block<16, 1>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
-                           n_heads, n_kv_heads, partition, max_splits, scale);
+    attention_block<16, 1>(out, part_o, part_ml, counters, q, k_cache, v_cache, block_tables, positions,
+                           max_blocks, n_heads, n_kv_heads, partition, max_splits, scale);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
 attention_hd16_g2(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-                  const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
-                  const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
-                  const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads,
-                  int partition, int max_splits, float scale) {
+                  int* __restrict__ counters, const __nv_bfloat16* __restrict__ q,
+                  const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
+                  const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
+                  int n_kv_heads, int partition, int max_splits, float scale) {
     pdl_begin();
-    attention_block<16, 2>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
-                           n_heads, n_kv_heads, partition, max_splits, scale);
+    attention_block<16, 2>(out, part_o, part_ml, counters, q, k_cache, v_cache, block_tables, positions,
+                           max_blocks, n_heads, n_kv_heads, partition, max_splits, scale);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
 attention_hd16_g4(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-                  const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
-                  const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
-                  const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads,
-                  int partition, int max_splits, float scale) {
+                  int* __restrict__ counters, const __nv_bfloat16* __restrict__ q,
+                  const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
+                  const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
+                  int n_kv_heads, int partition, int max_splits, float scale) {
     pdl_begin();
-    attention_block<16, 4>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
-                           n_heads, n_kv_heads, partition, max_splits, scale);
+    attention_block<16, 4>(out, part_o, part_ml, counters, q, k_cache, v_cache, block_tables, positions,
+                           max_blocks, n_heads, n_kv_heads, partition, max_splits, scale);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
 attention_hd64_g1(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-                  const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
-                  const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
-                  const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads,
-                  int partition, int max_splits, float scale) {
+                  int* __restrict__ counters, const __nv_bfloat16* __restrict__ q,
+                  const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
+                  const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
+                  int n_kv_heads, int partition, int max_splits, float scale) {
     pdl_begin();
-    attention_block<64, 1>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
-                           n_heads, n_kv_heads, partition, max_splits, scale);
+    attention_block<64, 1>(out, part_o, part_ml, counters, q, k_cache, v_cache, block_tables, positions,
+                           max_blocks, n_heads, n_kv_heads, partition, max_splits, scale);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
 attention_hd64_g2(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-                  const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
-                  const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
-                  const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads,
-                  int partition, int max_splits, float scale) {
+                  int* __restrict__ counters, const __nv_bfloat16* __restrict__ q,
+                  const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
+                  const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
+                  int n_kv_heads, int partition, int max_splits, float scale) {
     pdl_begin();
-    attention_block<64, 2>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
-                           n_heads, n_kv_heads, partition, max_splits, scale);
+    attention_block<64, 2>(out, part_o, part_ml, counters, q, k_cache, v_cache, block_tables, positions,
+                           max_blocks, n_heads, n_kv_heads, partition, max_splits, scale);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
 attention_hd64_g4(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-                  const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
-                  const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
-                  const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads,
-                  int partition, int max_splits, float scale) {
+                  int* __restrict__ counters, const __nv_bfloat16* __restrict__ q,
+                  const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
+                  const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
+                  int n_kv_heads, int partition, int max_splits, float scale) {
     pdl_begin();
-    attention_block<64, 4>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
-                           n_heads, n_kv_heads, partition, max_splits, scale);
+    attention_block<64, 4>(out, part_o, part_ml, counters, q, k_cache, v_cache, block_tables, positions,
+                           max_blocks, n_heads, n_kv_heads, partition, max_splits, scale);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
 attention_hd128_g1(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-                   const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
-                   const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
-                   const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads,
-                   int partition, int max_splits, float scale) {
+                   int* __restrict__ counters, const __nv_bfloat16* __restrict__ q,
+                   const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
+                   const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
+                   int n_kv_heads, int partition, int max_splits, float scale) {
     pdl_begin();
-    attention_block<128, 1>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
-                            n_heads, n_kv_heads, partition, max_splits, scale);
+    attention_block<128, 1>(out, part_o, part_ml, counters, q, k_cache, v_cache, block_tables, positions,
+                            max_blocks, n_heads, n_kv_heads, partition, max_splits, scale);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
 attention_hd128_g2(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-                   const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
-                   const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
-                   const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads,
-                   int partition, int max_splits, float scale) {
+                   int* __restrict__ counters, const __nv_bfloat16* __restrict__ q,
+                   const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
+                   const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
+                   int n_kv_heads, int partition, int max_splits, float scale) {
     pdl_begin();
-    attention_block<128, 2>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
-                            n_heads, n_kv_heads, partition, max_splits, scale);
+    attention_block<128, 2>(out, part_o, part_ml, counters, q, k_cache, v_cache, block_tables, positions,
+                            max_blocks, n_heads, n_kv_heads, partition, max_splits, scale);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
 attention_hd128_g4(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-                   const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
-                   const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables,
-                   const int* __restrict__ positions, int max_blocks, int n_heads, int n_kv_heads,
-                   int partition, int max_splits, float scale) {
+                   int* __restrict__ counters, const __nv_bfloat16* __restrict__ q,
+                   const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
+                   const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
+                   int n_kv_heads, int partition, int max_splits, float scale) {
     pdl_begin();
-    attention_block<128, 4>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
-                            n_heads, n_kv_heads, partition, max_splits, scale);
+    attention_block<128, 4>(out, part_o, part_ml, counters, q, k_cache, v_cache, block_tables, positions,
+                            max_blocks, n_heads, n_kv_heads, partition, max_splits, scale);
 }
 
 extern "C" __global__ void __launch_bounds__(ATTN_COMBINE_THREADS)

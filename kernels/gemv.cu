@@ -23,9 +23,16 @@
 // splitk_reduce: y = epilogue(sum_{s < splits} partial[s]) in fixed order (bit-identical run to run).
 //   grid = (ceil(B * N / 256),), block = (256,), shared = 0
 //
-// Arguments: y (see mode), x [B, K] bf16, w [N, K] bf16, B, N, K int32 (K % 8 == 0, pointers 16-byte
-//   aligned), k_chunk int32: K elements per split (a multiple of 8; split s covers
-//   [s * k_chunk, min(K, (s + 1) * k_chunk))), mode int32. splitk_reduce: partial [splits, B, N] fp32, splits int32, mode 0/1/2.
+// x_op selects the input the projection multiplies (gemv, gemv_mma, gemm_tc; fuses the kernel before it):
+//   0 X_PLAIN    x [B, K] bf16 as stored
+//   1 X_RMSNORM  x [B, K] bf16, input = bf16(x * inv_rms(x[b]) * norm)  (rmsnorm.cu's math and rounding;
+//                                                   every block computes its batch rows' inv_rms over all of K)
+//   2 X_SILU     x [B, 2K] bf16 (gate | up), input = bf16(silu(x[b, k]) * x[b, K + k])  (silu_mul.cu's)
+//
+// Arguments: y (see mode), x (see x_op) bf16, w [N, K] bf16, norm [K] bf16 (X_RMSNORM; else may be null),
+//   B, N, K int32 (K % 8 == 0, pointers 16-byte aligned), k_chunk int32: K elements per split (a multiple of
+//   8; split s covers [s * k_chunk, min(K, (s + 1) * k_chunk))), mode int32, eps float (X_RMSNORM), x_op int32.
+//   splitk_reduce: partial [splits, B, N] fp32, splits int32, mode 0/1/2.
 #include "common.cuh"
 #include "pdl.cuh"
 
@@ -33,6 +40,10 @@
 #define OUT_RESIDUAL 1
 #define OUT_F32 2
 #define OUT_PARTIAL 3
+
+#define X_PLAIN 0
+#define X_RMSNORM 1
+#define X_SILU 2
 
 #define GEMV_ROWS 4
 #define GEMV_UNROLL 2
@@ -53,12 +64,65 @@ __device__ __forceinline__ void store_out(void* y, int mode, int split, int B, i
     }
 }
 
+// Eight input elements [k, k + 8) of batch row b, transformed by x_op (inv: the row's inverse RMS, X_RMSNORM).
+__device__ __forceinline__ uint4 load_x8(const bf16* __restrict__ x, const bf16* __restrict__ norm, int x_op,
+                                         float inv, int b, int K, int k) {
+    if (x_op == X_SILU) {
+        const bf16* r = x + (size_t)b * 2 * K + k;
+        float g[8], u[8];
+        bf16x8_to_float(__ldg(reinterpret_cast<const uint4*>(r)), g);
+        bf16x8_to_float(__ldg(reinterpret_cast<const uint4*>(r + K)), u);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+        return float_to_bf16x8(g);
+    }
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(x + (size_t)b * K + k));
+    if (x_op == X_PLAIN) return v;
+    float f[8], g[8];
+    bf16x8_to_float(v, f);
+    bf16x8_to_float(__ldg(reinterpret_cast<const uint4*>(norm + k)), g);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) f[j] = f[j] * inv * g[j];
+    return float_to_bf16x8(f);
+}
+
+// Sum of squares of this lane's share of row x[b, 0:K) (lanes of `lanes` threads starting at index `t`).
+__device__ __forceinline__ float row_sumsq(const bf16* __restrict__ x, int b, int K, int t, int lanes) {
+    float ss = 0.0f;
+    for (int i = t * 8; i < K; i += lanes * 8) {
+        float f[8];
+        bf16x8_to_float(__ldg(reinterpret_cast<const uint4*>(x + (size_t)b * K + i)), f);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) ss += f[j] * f[j];
+    }
+    return ss;
+}
+
+// inv_s[r] = 1 / sqrt(mean(x[b0 + r]^2) + eps) for r < nb (rows >= nb: 1), one warp per row in a fixed
+// order (deterministic); ends with a barrier. Only for X_RMSNORM.
+__device__ __forceinline__ void rows_inv_rms(float* inv_s, const bf16* __restrict__ x, int b0, int nb, int rows,
+                                             int K, float eps) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    for (int r = warp; r < rows; r += nwarps) {
+        const float ss = r < nb ? warp_sum(row_sumsq(x, b0 + r, K, lane, 32)) : 0.0f;
+        if (lane == 0) inv_s[r] = r < nb ? rsqrtf(ss / (float)K + eps) : 1.0f;
+    }
+    __syncthreads();
+}
+
 // One pass over batch rows [b0, b0 + nb), nb <= NB, for this block's GEMV_ROWS rows and K range [k0, k1).
 // gemv instantiates NB = 1: every register saved is another resident block (tensor cores take B >= 2).
-template <int NB>
+template <int NB, int XOP>  // XOP: x_op, fixed per instantiation (the hot loop has no branch on it)
 __device__ __forceinline__ void gemv_pass(void* y, const bf16* __restrict__ x, const bf16* __restrict__ w,
-                                          int b0, int nb, int B, int N, int K, int k0, int k1, int mode) {
+                                          const bf16* __restrict__ norm, int b0, int nb, int B, int N, int K,
+                                          int k0, int k1, int mode, float eps) {
     __shared__ float red[32][GEMV_ROWS * NB];
+    __shared__ float scratch[32];
+    float inv[NB];  // X_RMSNORM: each row's inverse RMS, summed by the whole block (fixed order)
+#pragma unroll
+    for (int b = 0; b < NB; ++b)
+        inv[b] = XOP == X_RMSNORM && b < nb
+            ? rsqrtf(block_sum(row_sumsq(x, b0 + b, K, threadIdx.x, blockDim.x), scratch) / (float)K + eps) : 1.0f;
     const int n0 = blockIdx.x * GEMV_ROWS;
     const bf16* wr[GEMV_ROWS];
 #pragma unroll
@@ -88,7 +152,7 @@ __device__ __forceinline__ void gemv_pass(void* y, const bf16* __restrict__ x, c
             for (int b = 0; b < NB; ++b) {
                 if (b < nb) {
                     float xf[8];
-                    bf16x8_to_float(__ldg(reinterpret_cast<const uint4*>(x + (size_t)(b0 + b) * K + kk)), xf);
+                    bf16x8_to_float(load_x8(x, norm, XOP, inv[b], b0 + b, K, kk), xf);
 #pragma unroll
                     for (int r = 0; r < GEMV_ROWS; ++r)
 #pragma unroll
@@ -116,20 +180,19 @@ __device__ __forceinline__ void gemv_pass(void* y, const bf16* __restrict__ x, c
     __syncthreads();  // red is reused by the next pass
 }
 
-template <int NB>
-__device__ __forceinline__ void gemv_all(void* y, const bf16* x, const bf16* w, int B, int N, int K, int k0,
-                                         int k1, int mode) {
-    for (int b0 = 0; b0 < B; b0 += NB) gemv_pass<NB>(y, x, w, b0, min(NB, B - b0), B, N, K, k0, k1, mode);
-}
-
 extern "C" __global__ void __launch_bounds__(256) gemv(void* y, const bf16* __restrict__ x,
-                                                       const bf16* __restrict__ w, int B, int N, int K,
-                                                       int k_chunk, int mode) {
+                                                       const bf16* __restrict__ w, const bf16* __restrict__ norm,
+                                                       int B, int N, int K, int k_chunk, int mode, float eps,
+                                                       int x_op) {
     const int pk0 = blockIdx.y * k_chunk;
     prefetch_rows_l2(w, blockIdx.x * GEMV_ROWS, GEMV_ROWS, N, K, pk0, min(K, pk0 + k_chunk));  // weights: pre-wait
     pdl_begin();
     const int k0 = blockIdx.y * k_chunk, k1 = min(K, k0 + k_chunk);
-    gemv_all<1>(y, x, w, B, N, K, k0, k1, mode);
+    for (int b0 = 0; b0 < B; ++b0) {
+        if (x_op == X_RMSNORM) gemv_pass<1, X_RMSNORM>(y, x, w, norm, b0, 1, B, N, K, k0, k1, mode, eps);
+        else if (x_op == X_SILU) gemv_pass<1, X_SILU>(y, x, w, norm, b0, 1, B, N, K, k0, k1, mode, eps);
+        else gemv_pass<1, X_PLAIN>(y, x, w, norm, b0, 1, B, N, K, k0, k1, mode, eps);
+    }
 }
 
 #define TC_M 64
@@ -140,14 +203,22 @@ extern "C" __global__ void __launch_bounds__(256) gemv(void* y, const bf16* __re
 
 // Load one 64 x 64 bf16 tile (rows [row0, row0 + 64) of src[rows, K], columns [k, k + 64) clipped to k1) into
 // 4 uint4 registers per thread; rows past `rows` and columns past k1 read as zero.
-template <bool STREAM>
-__device__ __forceinline__ void tile_load(uint4 v[4], const bf16* src, int row0, int rows, int K, int k, int k1) {
+__device__ __forceinline__ void w_tile_load(uint4 v[4], const bf16* w, int row0, int rows, int K, int k, int k1) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int c = threadIdx.x + i * 128, row = row0 + c / 8, col = k + (c % 8) * 8;
-        const bf16* p = src + (size_t)row * K + col;
-        const bool ok = row < rows && col < k1;
-        v[i] = !ok ? make_uint4(0, 0, 0, 0) : STREAM ? ldg_stream(p) : __ldg(reinterpret_cast<const uint4*>(p));
+        v[i] = row < rows && col < k1 ? ldg_stream(w + (size_t)row * K + col) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+// The x tile (batch rows [row0, row0 + 64)), transformed by x_op (inv_s: the tile rows' inverse RMS).
+__device__ __forceinline__ void x_tile_load(uint4 v[4], const bf16* x, const bf16* norm, int x_op,
+                                            const float* inv_s, int row0, int rows, int K, int k, int k1) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int c = threadIdx.x + i * 128, r = c / 8, col = k + (c % 8) * 8;
+        v[i] = row0 + r < rows && col < k1 ? load_x8(x, norm, x_op, inv_s[r], row0 + r, K, col)
+                                           : make_uint4(0, 0, 0, 0);
     }
 }
 
@@ -170,9 +241,11 @@ __device__ __forceinline__ void mma_bf16_16816(float d[4], const unsigned a[4], 
 __device__ __forceinline__ unsigned lds32(const bf16* p) { return *reinterpret_cast<const unsigned*>(p); }
 
 extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* __restrict__ x,
-                                                          const bf16* __restrict__ w, int B, int N, int K,
-                                                          int k_chunk, int mode) {
+                                                          const bf16* __restrict__ w,
+                                                          const bf16* __restrict__ norm, int B, int N, int K,
+                                                          int k_chunk, int mode, float eps, int x_op) {
     pdl_begin();
+    __shared__ float inv_s[TC_M];
     constexpr int TILE = TC_M * TC_LD;  // elements per operand tile (TC_M == TC_N)
     __shared__ __align__(16) bf16 smem[4 * TILE];
     bf16* xs = smem;                             // [2][64][TC_LD]: x tile, batch rows x k
@@ -184,6 +257,7 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;  // this warp's 32 x 32 output tile
     const int g = lane >> 2, t2 = (lane & 3) * 2;           // mma fragment coordinates
+    if (x_op == X_RMSNORM) rows_inv_rms(inv_s, x, m0, min(TC_M, B - m0), TC_M, K, eps);
 
     float acc[2][4][4];  // [m16 frag][n8 frag][4]
 #pragma unroll
@@ -194,8 +268,8 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
     uint4 xv[4], wv[4];
-    tile_load<false>(xv, x, m0, B, K, k0, k1);
-    tile_load<true>(wv, w, n0, N, K, k0, k1);
+    x_tile_load(xv, x, norm, x_op, inv_s, m0, B, K, k0, k1);
+    w_tile_load(wv, w, n0, N, K, k0, k1);
     tile_store(xs, xv);
     tile_store(ws, wv);
     __syncthreads();
@@ -204,8 +278,8 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
         const int buf = t & 1;
         const bool more = t + 1 < tiles;
         if (more) {
-            tile_load<false>(xv, x, m0, B, K, k0 + (t + 1) * TC_K, k1);
-            tile_load<true>(wv, w, n0, N, K, k0 + (t + 1) * TC_K, k1);
+            x_tile_load(xv, x, norm, x_op, inv_s, m0, B, K, k0 + (t + 1) * TC_K, k1);
+            w_tile_load(wv, w, n0, N, K, k0 + (t + 1) * TC_K, k1);
         }
         const bf16* xt = xs + buf * TILE;
         const bf16* wt = ws + buf * TILE;
@@ -264,9 +338,12 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
 // block reduces in fixed order.
 template <int NT>  // n8 batch tiles per pass: batch rows per pass = 8 * NT
 __device__ __forceinline__ void gemv_mma_pass(void* y, const bf16* __restrict__ x, const bf16* __restrict__ w,
-                                              int b0, int nb, int B, int N, int K, int k0, int k1, int mode) {
+                                              const bf16* __restrict__ norm, int b0, int nb, int B, int N, int K,
+                                              int k0, int k1, int mode, float eps, int x_op) {
     __shared__ float red[8][16][8 * NT + 1];  // [warp][weight row][batch column], padded
+    __shared__ float inv_s[8 * NT];           // X_RMSNORM: the pass's rows' inverse RMS
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t8 = (lane & 3) * 8;
+    if (x_op == X_RMSNORM) rows_inv_rms(inv_s, x, b0, nb, 8 * NT, K, eps);
     const int n0 = blockIdx.x * 16;
     const bf16* wlo = w + (size_t)min(n0 + g, N - 1) * K;  // rows past N: loaded, never stored
     const bf16* whi = w + (size_t)min(n0 + g + 8, N - 1) * K;
@@ -292,7 +369,8 @@ __device__ __forceinline__ void gemv_mma_pass(void* y, const bf16* __restrict__ 
             for (int i = 0; i < NT; ++i) {
                 const int b = g + 8 * i;
                 const uint4 xv = b < nb && k < k1
-                    ? __ldg(reinterpret_cast<const uint4*>(x + (size_t)(b0 + b) * K + k)) : make_uint4(0, 0, 0, 0);
+                    ? load_x8(x, norm, x_op, x_op == X_RMSNORM ? inv_s[b] : 1.0f, b0 + b, K, k)
+                    : make_uint4(0, 0, 0, 0);
                 const unsigned a0[4] = {lo[u].x, hi[u].x, lo[u].y, hi[u].y}, b0f[2] = {xv.x, xv.y};
                 const unsigned a1[4] = {lo[u].z, hi[u].z, lo[u].w, hi[u].w}, b1f[2] = {xv.z, xv.w};
                 mma_bf16_16816(d[i], a0, b0f);
@@ -321,22 +399,23 @@ __device__ __forceinline__ void gemv_mma_pass(void* y, const bf16* __restrict__ 
 }
 
 template <int NT>
-__device__ __forceinline__ void gemv_mma_all(void* y, const bf16* x, const bf16* w, int B, int N, int K, int k0,
-                                             int k1, int mode) {
+__device__ __forceinline__ void gemv_mma_all(void* y, const bf16* x, const bf16* w, const bf16* norm, int B, int N,
+                                             int K, int k0, int k1, int mode, float eps, int x_op) {
     for (int b0 = 0; b0 < B; b0 += 8 * NT)
-        gemv_mma_pass<NT>(y, x, w, b0, min(8 * NT, B - b0), B, N, K, k0, k1, mode);
+        gemv_mma_pass<NT>(y, x, w, norm, b0, min(8 * NT, B - b0), B, N, K, k0, k1, mode, eps, x_op);
 }
 
 extern "C" __global__ void __launch_bounds__(256) gemv_mma(void* y, const bf16* __restrict__ x,
-                                                           const bf16* __restrict__ w, int B, int N, int K,
-                                                           int k_chunk, int mode) {
+                                                           const bf16* __restrict__ w,
+                                                           const bf16* __restrict__ norm, int B, int N, int K,
+                                                           int k_chunk, int mode, float eps, int x_op) {
     const int pk0 = blockIdx.y * k_chunk;
     prefetch_rows_l2(w, blockIdx.x * 16, 16, N, K, pk0, min(K, pk0 + k_chunk));  // weights: pre-wait
     pdl_begin();
     const int k0 = blockIdx.y * k_chunk, k1 = min(K, k0 + k_chunk);
-    if (B <= 8) gemv_mma_all<1>(y, x, w, B, N, K, k0, k1, mode);
-    else if (B <= 16) gemv_mma_all<2>(y, x, w, B, N, K, k0, k1, mode);
-    else gemv_mma_all<4>(y, x, w, B, N, K, k0, k1, mode);
+    if (B <= 8) gemv_mma_all<1>(y, x, w, norm, B, N, K, k0, k1, mode, eps, x_op);
+    else if (B <= 16) gemv_mma_all<2>(y, x, w, norm, B, N, K, k0, k1, mode, eps, x_op);
+    else gemv_mma_all<4>(y, x, w, norm, B, N, K, k0, k1, mode, eps, x_op);
 }
 
 extern "C" __global__ void splitk_reduce(void* y, const float* __restrict__ partial, int B, int N, int splits,

@@ -1,5 +1,6 @@
-"""rope_append, attention_hd{16,64,128} and attention_combine: CPU compile/plan checks and GPU checks vs the
-float64 NumPy reference (bf16 tolerance: 1e-2 relative, plus an absolute 1e-2 of the output's scale)."""
+"""rope_append, attention_hd{16,64,128} (separate or fused combine) and attention_combine: CPU compile/plan checks
+and GPU checks vs the float64 NumPy reference (bf16 tolerance: 1e-2 relative, plus an absolute 1e-2 of the
+output's scale)."""
 
 import math
 
@@ -31,7 +32,7 @@ def test_signatures():
         "attention_combine"}
     for name, sig in sigs.items():
         if name != "attention_combine":
-            assert sig.names == ("out", "part_o", "part_ml", "q", "k_cache", "v_cache", "block_tables",
+            assert sig.names == ("out", "part_o", "part_ml", "counters", "q", "k_cache", "v_cache", "block_tables",
                                  "positions", "max_blocks", "n_heads", "n_kv_heads", "partition",
                                  "max_splits", "scale")
     rope = parse_signatures((kernel_dir() / "rope_append.cu").read_text())["rope_append"]
@@ -43,6 +44,8 @@ def test_plan_shapes():
     assert p.kernel == "attention_hd128_g1" and p.heads_per_block == 1
     assert p.attention.grid == (1, 16, 4096 // p.partition) and p.combine
     assert p.part_o_shape == (1, 16, p.max_splits, 128) and p.part_ml_shape == (1, 16, p.max_splits, 2)
+    assert p.counters_shape == (1, 16)
+    assert attention_plan(16, 4, 128, batch=3, max_seq_len=4096).counters_shape == (3, 4)  # G = 4
     assert p.workspace_bytes == 4 * (16 * p.max_splits * 130)
     assert p.combine_shape.grid == (1, 16, 1) and p.combine_shape.shared == 4 * (2 * p.max_splits + 256)
     assert 1 * 16 * p.max_splits >= 2 * 132  # short batches still fill the GPU
@@ -113,8 +116,9 @@ def rope_mod(dev):
     return Module.from_file("rope_append")
 
 
-def run_attention(mod, stream, q, k_cache, v_cache, tables, positions, plan):
-    """Launch attention (+ combine) as the decode step will -> out [B, H*hd] bf16 (from a poisoned buffer)."""
+def run_attention(mod, stream, q, k_cache, v_cache, tables, positions, plan, counters=None):
+    """Launch attention, then attention_combine, or with ``counters`` (int32 [B, H/G] device buffer) the fused
+    combine as the decode step does -> out [B, H*hd] bf16 (from a poisoned buffer)."""
     from rawgraphs.memory import DeviceBuffer
     batch, n_heads, hd = q.shape
     kvh = k_cache.shape[1]
@@ -127,11 +131,12 @@ def run_attention(mod, stream, q, k_cache, v_cache, tables, positions, plan):
     host = {"q": q, "k_cache": k_cache, "v_cache": v_cache, "block_tables": tables, "positions": positions}
     bufs = {n: DeviceBuffer.from_numpy(np.ascontiguousarray(a)) for n, a in host.items()}
     k = mod.kernel(plan.kernel)
-    k.launch(plan.attention, k.args(out=out, part_o=part_o, part_ml=part_ml, **bufs,
+    k.launch(plan.attention, k.args(out=out, part_o=part_o, part_ml=part_ml,
+                                    counters=0 if counters is None else counters, **bufs,
                                     max_blocks=tables.shape[1], n_heads=n_heads, n_kv_heads=kvh,
                                     partition=plan.partition, max_splits=plan.max_splits, scale=plan.scale),
              stream)
-    if plan.combine:
+    if plan.combine and counters is None:
         c = mod.kernel("attention_combine")
         c.launch(plan.combine_shape, c.args(out=out, part_o=part_o, part_ml=part_ml,
                                             positions=bufs["positions"], max_blocks=tables.shape[1],
@@ -163,9 +168,12 @@ ATTN_CASES = [
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("fused", [False, True], ids=["combine", "fused"])
 @pytest.mark.parametrize("batch, n_heads, kvh, hd, max_seq_len, ctx_lens, partition", ATTN_CASES)
 def test_attention_matches_reference(attn_mod, stream, rng, batch, n_heads, kvh, hd, max_seq_len, ctx_lens,
-                                     partition):
+                                     partition, fused):
+    from rawgraphs.context import device
+    from rawgraphs.memory import DeviceBuffer
     if ctx_lens == "random":
         ctx_lens = list(rng.integers(1, max_seq_len + 1, batch))
         ctx_lens[::5] = [0] * len(ctx_lens[::5])  # every fifth row inactive
@@ -174,17 +182,25 @@ def test_attention_matches_reference(attn_mod, stream, rng, batch, n_heads, kvh,
     q = _bf16(rng, (batch, n_heads, hd), 2.0)  # [B, H, hd]; x2 for peakier softmax
     k_cache, v_cache, tables = _paged_case(rng, batch, kvh, hd, max_seq_len, ctx_lens)
     plan = attention_plan(n_heads, kvh, hd, batch, max_seq_len, partition=partition)
+    counters = None
+    if fused:  # one buffer over every run below: each launch must leave it zero (graph replays rely on it)
+        counters = DeviceBuffer(plan.counters_shape, np.int32)
+        counters.zero()
+        device().synchronize()
 
-    raw = run_attention(attn_mod, stream, q, k_cache, v_cache, tables, positions, plan)  # [B, H*hd] bf16
+    raw = run_attention(attn_mod, stream, q, k_cache, v_cache, tables, positions, plan, counters)  # [B, H*hd]
     want = ref.paged_attention(q, k_cache, v_cache, tables, ctx_lens).reshape(batch, n_heads * hd)
     got = raw.astype(np.float64)
     assert np.isfinite(got).all()
     np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2 * np.abs(want).max())
     assert (got[ctx_lens <= 0] == 0).all()  # inactive rows: exact zeros
 
-    for _ in range(2):  # bit-identical run to run (fixed merge order, no atomics)
-        assert run_attention(attn_mod, stream, q, k_cache, v_cache, tables, positions, plan).tobytes() == \
-            raw.tobytes()
+    if fused:
+        assert (counters.to_numpy() == 0).all()
+
+    for _ in range(2):  # bit-identical run to run (fixed merge order; the counters only pick the merging block)
+        assert run_attention(attn_mod, stream, q, k_cache, v_cache, tables, positions, plan, counters).tobytes() \
+            == raw.tobytes()
 
 
 # ---------------------------------------------------------------- GPU: rope_append

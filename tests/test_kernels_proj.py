@@ -17,7 +17,7 @@ import pytest
 
 from rawgraphs.compiler import compile_file
 from rawgraphs.model import reference as ref
-from rawgraphs.model.plans import OUT_MODES, PARTIAL, SMS, gemv_plan, max_workspace_bytes
+from rawgraphs.model.plans import OUT_MODES, PARTIAL, SMS, X_OPS, gemv_plan, max_workspace_bytes
 
 BF16 = ml_dtypes.bfloat16
 FILES = ["embedding", "rmsnorm", "gemv", "silu_mul", "sample"]
@@ -48,9 +48,12 @@ def test_signatures():
         "embedding": "out: ptr, tokens: ptr, table: ptr, V: i32, D: i32",
         "rmsnorm": "out: ptr, x: ptr, w: ptr, eps: f32, D: i32",
         "add_rmsnorm": "out: ptr, residual: ptr, x: ptr, w: ptr, eps: f32, D: i32",
-        "gemv": "y: ptr, x: ptr, w: ptr, B: i32, N: i32, K: i32, k_chunk: i32, mode: i32",
-        "gemv_mma": "y: ptr, x: ptr, w: ptr, B: i32, N: i32, K: i32, k_chunk: i32, mode: i32",
-        "gemm_tc": "y: ptr, x: ptr, w: ptr, B: i32, N: i32, K: i32, k_chunk: i32, mode: i32",
+        "gemv": "y: ptr, x: ptr, w: ptr, norm: ptr, B: i32, N: i32, K: i32, k_chunk: i32, mode: i32, "
+                   "eps: f32, x_op: i32",
+        "gemv_mma": "y: ptr, x: ptr, w: ptr, norm: ptr, B: i32, N: i32, K: i32, k_chunk: i32, mode: i32, "
+                   "eps: f32, x_op: i32",
+        "gemm_tc": "y: ptr, x: ptr, w: ptr, norm: ptr, B: i32, N: i32, K: i32, k_chunk: i32, mode: i32, "
+                   "eps: f32, x_op: i32",
         "splitk_reduce": "y: ptr, partial: ptr, B: i32, N: i32, splits: i32, mode: i32",
         "silu_mul": "out: ptr, gu: ptr, F: i32",
         "argmax": "tokens: ptr, logits: ptr, V: i32",
@@ -74,8 +77,10 @@ def test_gemv_plan(B, N, K):
     assert plan.k_chunk % 64 == 0 and plan.splits * plan.k_chunk >= K > (plan.splits - 1) * plan.k_chunk
     assert plan.grid[1 if B <= 16 else 2] == plan.splits
     blocks = math.prod(plan.grid) // plan.splits
-    assert plan.splits == 1 or blocks < (SMS // 2 if plan.kernel == "gemv_mma" else 2 * SMS)
+    limit = {"gemv": SMS, "gemv_mma": SMS // 2, "gemm_tc": 2 * SMS}[plan.kernel]
+    assert plan.splits == 1 or blocks < limit
     launches = plan.launches("y", "x", "w", "ws", B, N, K)
+    assert launches[0].args["norm"] == 0 and launches[0].args["x_op"] == X_OPS["plain"]
     if plan.splits == 1:
         assert plan.mode == OUT_MODES["residual"] and plan.workspace_bytes == 0 and len(launches) == 1
         assert launches[0].args["y"] == "y"
@@ -87,6 +92,14 @@ def test_gemv_plan(B, N, K):
         assert red.args["mode"] == OUT_MODES["residual"] and red.grid[0] * red.block[0] >= B * N
         with pytest.raises(ValueError, match="workspace"):
             plan.launches("y", "x", "w", None, B, N, K)
+
+
+@pytest.mark.parametrize("x_op", ["rmsnorm", "silu_mul"])
+def test_gemv_plan_x_op(x_op):
+    plan = gemv_plan(1, 768, 2048, "residual", splits=2, x_op=x_op)
+    main, red = plan.launches("y", "x", "w", "ws", 1, 768, 2048, norm="g", eps=1e-5)
+    assert plan.x_op == X_OPS[x_op] and main.args["x_op"] == X_OPS[x_op] and main.args["eps"] == 1e-5
+    assert main.args["norm"] == "g" and main.args["x"] == "x" and "x_op" not in red.args
 
 
 @pytest.mark.parametrize("kernel,rows,threads",
@@ -105,6 +118,10 @@ def test_gemv_plan_rejects_bad_shapes():
         gemv_plan(1, 64, 60)
     with pytest.raises(ValueError, match="out must be"):
         gemv_plan(1, 64, 64, "fp16")
+    with pytest.raises(ValueError, match="x_op must be"):
+        gemv_plan(1, 64, 64, x_op="gelu")
+    with pytest.raises(ValueError, match="norm weight"):
+        gemv_plan(1, 64, 64, x_op="rmsnorm").launches("y", "x", "w", None, 1, 64, 64)
     want = gemv_plan(64, 2048, 2048).workspace_bytes
     assert max_workspace_bytes([1, 64], [(2048, 2048), (768, 2048)]) == want
 
@@ -169,11 +186,11 @@ def launch(module, name, grid, block, stream, shared=0, **args):
     k.launch(LaunchShape(grid, block, shared), k.args(**args), stream)
 
 
-def run_gemv(module, y, x, w, B, N, K, out, stream, kernel=None, splits=None):
+def run_gemv(module, y, x, w, B, N, K, out, stream, kernel=None, splits=None, x_op="plain", norm=None, eps=0.0):
     """Launch the plan for one projection (workspace poisoned too) and return the plan."""
-    plan = gemv_plan(B, N, K, out, kernel, splits)
+    plan = gemv_plan(B, N, K, out, kernel, splits, x_op)
     ws = poisoned((max(plan.workspace_bytes, 1),), np.uint8, stream) if plan.splits > 1 else None
-    for step in plan.launches(y, x, w, ws, B, N, K):
+    for step in plan.launches(y, x, w, ws, B, N, K, norm, eps):
         launch(module, step.kernel, step.grid, step.block, stream, step.shared, **step.args)
     return plan
 
@@ -271,6 +288,43 @@ def test_gemv(mods, stream, rng, N, K):
             stream.synchronize()
             np.testing.assert_allclose(y.to_numpy().astype(np.float64), want, rtol=1e-2, atol=1e-2,
                                        err_msg=f"B={B} N={N} K={K} {plan}")
+
+
+FUSED_SHAPES = [(2304, 768), (768, 2048), (2048, 5632), (99, 40)]  # small qkv / down-like, 1b down, ragged
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("x_op", ["rmsnorm", "silu_mul"])
+@pytest.mark.parametrize("N,K", FUSED_SHAPES)
+def test_gemv_fused_input(mods, stream, rng, N, K, x_op):
+    """x_op fuses rmsnorm / silu_mul into the x loads: the result is the projection of the bf16 tensor the
+    separate kernel would have stored (reference: op in float64, rounded to bf16, then linear)."""
+    eps = 1e-5
+    w = bf16(rng.standard_normal((N, K)) / math.sqrt(K))  # [N, K]
+    wd = upload(w)
+    g = bf16(rng.uniform(0.5, 1.5, K))  # [K] norm weight
+    gd = upload(g)
+    for B in [1, 3, 16, 37]:
+        if x_op == "rmsnorm":
+            x = bf16(rng.standard_normal((B, K)) * 3.0)  # [B, K]
+            h = ref.to_bf16(ref.rmsnorm(x, g, eps))  # [B, K]: what rmsnorm.cu stores
+        else:
+            x = bf16(rng.standard_normal((B, 2 * K)) * 3.0)  # [B, 2K] gate | up
+            h = ref.to_bf16(ref.silu_mul(x))  # [B, K]: what silu_mul.cu stores
+        want = ref.linear(h, w)  # [B, N]
+        xd = upload(x)
+        for kernel, splits in [(None, None), *VARIANTS]:
+            runs = []
+            for _ in range(2):
+                y = poisoned((B, N), np.float32, stream)
+                plan = run_gemv(mods["gemv"], y, xd, wd, B, N, K, "f32", stream, kernel, splits, x_op, gd, eps)
+                stream.synchronize()
+                runs.append(y.to_numpy())
+            assert runs[0].tobytes() == runs[1].tobytes(), f"B={B} {plan}: not bit-identical"
+            # fp32 output: error is the 1-ulp bf16 flips of h where the GPU's inverse RMS differs in its
+            # last bit (~2^-8 relative on a few elements) plus fp32 accumulation.
+            np.testing.assert_allclose(runs[0].astype(np.float64), want, rtol=1e-2, atol=1e-2,
+                                       err_msg=f"B={B} N={N} K={K} {x_op} {plan}")
 
 
 # ---------------------------------------------------------------- GPU: argmax, sample

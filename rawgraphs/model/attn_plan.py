@@ -5,17 +5,22 @@ The decode step launches, per layer (see ``kernels/rope_append.cu`` and ``kernel
     plan = attention_plan(cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, batch, cfg.max_seq_len)
     rope_append(q_out, k_cache, v_cache, qkv, positions, block_tables, max_blocks,
                 n_heads, n_kv_heads, head_dim, theta)                      # plan.rope
-    attention_hd<hd>_g<G>(out, part_o, part_ml, q, k_cache, v_cache, block_tables, positions, max_blocks,
-                          n_heads, n_kv_heads, plan.partition, plan.max_splits, plan.scale)
+    attention_hd<hd>_g<G>(out, part_o, part_ml, counters, q, k_cache, v_cache, block_tables, positions,
+                          max_blocks, n_heads, n_kv_heads, plan.partition, plan.max_splits, plan.scale)
                                                                           # plan.attention, name plan.kernel
-    if plan.combine:
+
+With ``counters`` (int32, ``plan.counters_shape``, zeroed once) the last block of each (row, head group)
+merges the splits itself (fused combine: one launch). With ``counters`` null and ``plan.combine``, a second
+launch merges them::
+
         attention_combine(out, part_o, part_ml, positions, max_blocks, n_heads, head_dim,
                           plan.partition, plan.max_splits)                # plan.combine_shape
 
 ``part_o`` / ``part_ml`` are fp32 workspaces of ``plan.part_o_shape`` / ``plan.part_ml_shape``; size them
 with :func:`workspace_elements` over every batch size that will be launched (a smaller batch may use more
 splits, and so more workspace, than the largest). They need no zeroing (only the splits that hold tokens are
-written and read) and may be shared by every layer. The grid is fixed for ``max_seq_len``: blocks past a row's
+written and read) and may be shared by every layer, as may ``counters`` (every launch leaves it zero; size
+it ``max_batch * n_heads``, which covers every plan). The grid is fixed for ``max_seq_len``: blocks past a row's
 context exit at once, so one captured graph serves every length.
 """
 
@@ -48,6 +53,7 @@ class AttentionPlan:
     partition : tokens per split; max_splits = ceil(max_seq_len / partition).
     combine : whether attention_combine must run (max_splits > 1); otherwise attention writes ``out`` itself.
     part_o_shape, part_ml_shape : fp32 workspaces ``[B, H, max_splits, hd]`` and ``[B, H, max_splits, 2]``.
+    counters_shape : int32 ``[B, H / G]`` arrival counters of the fused combine.
     workspace_bytes : both workspaces together (0 when no combine is needed).
     """
 
@@ -61,6 +67,7 @@ class AttentionPlan:
     scale: float
     part_o_shape: tuple[int, int, int, int]
     part_ml_shape: tuple[int, int, int, int]
+    counters_shape: tuple[int, int]
 
     @property
     def combine(self) -> bool:
@@ -113,6 +120,7 @@ def attention_plan(n_heads: int, n_kv_heads: int, head_dim: int, batch: int, max
         scale=1.0 / math.sqrt(head_dim),
         part_o_shape=(batch, n_heads, splits, head_dim),
         part_ml_shape=(batch, n_heads, splits, 2),
+        counters_shape=(batch, y),
     )
 
 

@@ -15,7 +15,7 @@ import ml_dtypes
 import numpy as np
 
 from ..compiler import kernel_dir
-from ..context import Stream
+from ..context import Stream, device
 from ..graph import Graph
 from ..kernel import Kernel, KernelArgs, LaunchShape, Module, Signature, parse_signatures
 from ..memory import DeviceBuffer, DeviceView, HostBuffer
@@ -27,7 +27,7 @@ from .weights import Weights
 __all__ = ["Launch", "DecodeModel"]
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
-_KERNEL_FILES = ("embedding", "rmsnorm", "gemv", "rope_append", "attention", "silu_mul", "sample")
+_KERNEL_FILES = ("embedding", "gemv", "rope_append", "attention", "sample")  # rmsnorm, silu_mul: fused in gemv
 
 
 @dataclass(frozen=True)
@@ -139,12 +139,12 @@ class DecodeModel:
         self.positions = new(B, np.int32)                     # [B] position of the input token; <0: inactive
         self.block_tables = new((B, self.max_blocks), np.int32)  # [B, MB]
         self.x = new((B, D), BF16)                            # [B, D] residual stream
-        self.h = new((B, D), BF16)                            # [B, D] normed
+        self.h = new((B, D), BF16)                            # [B, D] normed (the step fuses it; benchmarks size it)
         self.qkv = new((B, qkv_dim), BF16)                    # [B, (H + 2 KVH) hd]
         self.q = new((B, H, hd), BF16)                        # [B, H, hd] after RoPE
         self.attn = new((B, H * hd), BF16)                    # [B, H hd]
         self.gu = new((B, 2 * F), BF16)                       # [B, 2F] gate | up
-        self.m = new((B, F), BF16)                            # [B, F]
+        self.m = new((B, F), BF16)                            # [B, F] (the step fuses it; benchmarks size it)
         self.logits = new((B, V), np.float32)                 # [B, V]
         self.next_tokens = new(B, np.int32)                   # [B] greedy output
         shapes = [(qkv_dim, D), (D, H * hd), (2 * F, D), (D, F), (V, D)]
@@ -153,6 +153,10 @@ class DecodeModel:
         n_o, n_ml = workspace_elements([attention_plan_for(c, b) for b in sizes])  # a small B may split more
         self.part_o = new(max(n_o, 1), np.float32)                     # attention split partials
         self.part_ml = new(max(n_ml, 1), np.float32)
+        self.attn_counters = new(B * H, np.int32)                      # fused attention combine; kept zero
+        if new is not _plan_view:
+            self.attn_counters.zero()
+            device().synchronize()  # the memset lands before any (non-blocking) stream's first launch
         if new is _plan_view:
             return
         # pinned staging for inputs and outputs (async copies; stable addresses)
@@ -176,43 +180,35 @@ class DecodeModel:
             shape = replace(shape, pdl=self.pdl)
             out.append(Launch(name, k[kernel], shape, k[kernel].args(**args)))
 
-        def linear(name, y, x, w, N, K, mode="bf16"):  # y[B, N] (mode) x[B, K] @ w[N, K]^T
-            plan = gemv_plan(B, N, K, mode)
-            for i, ln in enumerate(plan.launches(y, x, w, self.workspace, B, N, K)):
+        def linear(name, y, x, w, N, K, mode="bf16", x_op="plain", norm=None):  # y[B, N] (mode) op(x) @ w[N, K]^T
+            plan = gemv_plan(B, N, K, mode, x_op=x_op)
+            for i, ln in enumerate(plan.launches(y, x, w, self.workspace, B, N, K, norm, c.rms_norm_eps)):
                 launch(name + (".reduce" if i else ""), ln.kernel, LaunchShape(ln.grid, ln.block, ln.shared),
                        **ln.args)
 
+        # RMSNorm is fused into the projection after it and silu_mul into the down projection (x_op): h and
+        # m never reach memory; attention merges its splits itself (counters).
         D, F, H, KVH, hd = c.dim, c.ffn_dim, c.n_heads, c.n_kv_heads, c.head_dim
         ap = attention_plan_for(c, B)
-        rows, norm_block = LaunchShape(B, 128), LaunchShape(B, 256)
-        launch("embed", "embedding", rows, out=self.x, tokens=self.tokens, table=self.embed, V=c.vocab, D=D)
+        launch("embed", "embedding", LaunchShape(B, 128), out=self.x, tokens=self.tokens, table=self.embed,
+               V=c.vocab, D=D)
         for i, L in enumerate(self.layers):
             p = f"L{i}."
-            launch(p + "attn_norm", "rmsnorm", norm_block, out=self.h, x=self.x, w=L.attn_norm,
-                   eps=c.rms_norm_eps, D=D)
-            linear(p + "qkv", self.qkv, self.h, L.w_qkv, (H + 2 * KVH) * hd, D)
+            linear(p + "qkv", self.qkv, self.x, L.w_qkv, (H + 2 * KVH) * hd, D,                # rmsnorm(x) @ Wqkv^T
+                   x_op="rmsnorm", norm=L.attn_norm)
             launch(p + "rope_append", "rope_append", ap.rope, q_out=self.q, k_cache=L.k_cache, v_cache=L.v_cache,
                    qkv=self.qkv, positions=self.positions, block_tables=self.block_tables,
                    max_blocks=self.max_blocks, n_heads=H, n_kv_heads=KVH, head_dim=hd, theta=c.rope_theta)
-            launch(p + "attention", ap.kernel, ap.attention, out=self.attn, part_o=self.part_o,
-                   part_ml=self.part_ml, q=self.q, k_cache=L.k_cache, v_cache=L.v_cache,
-                   block_tables=self.block_tables, positions=self.positions, max_blocks=self.max_blocks,
-                   n_heads=H, n_kv_heads=KVH, partition=ap.partition, max_splits=ap.max_splits, scale=ap.scale)
-            if ap.combine:
-                launch(p + "attention.combine", "attention_combine", ap.combine_shape, out=self.attn,
-                       part_o=self.part_o, part_ml=self.part_ml, positions=self.positions,
-                       max_blocks=self.max_blocks, n_heads=H, head_dim=hd, partition=ap.partition,
-                       max_splits=ap.max_splits)
+            launch(p + "attention", ap.kernel, ap.attention, out=self.attn, part_o=self.part_o,  # combine fused
+                   part_ml=self.part_ml, counters=self.attn_counters, q=self.q, k_cache=L.k_cache,
+                   v_cache=L.v_cache, block_tables=self.block_tables, positions=self.positions,
+                   max_blocks=self.max_blocks, n_heads=H, n_kv_heads=KVH, partition=ap.partition,
+                   max_splits=ap.max_splits, scale=ap.scale)
             linear(p + "o_proj", self.x, self.attn, L.w_o, D, H * hd, "residual")       # x += attn @ Wo^T
-            launch(p + "mlp_norm", "rmsnorm", norm_block, out=self.h, x=self.x, w=L.mlp_norm,
-                   eps=c.rms_norm_eps, D=D)
-            linear(p + "gate_up", self.gu, self.h, L.w_gate_up, 2 * F, D)
-            launch(p + "silu_mul", "silu_mul", LaunchShape((math.ceil(F / 8 / 256), B), 256), out=self.m,
-                   gu=self.gu, F=F)
-            linear(p + "down", self.x, self.m, L.w_down, D, F, "residual")              # x += m @ Wd^T
-        launch("final_norm", "rmsnorm", norm_block, out=self.h, x=self.x, w=self.final_norm,
-               eps=c.rms_norm_eps, D=D)
-        linear("lm_head", self.logits, self.h, self.lm_head, c.vocab, D, "f32")
+            linear(p + "gate_up", self.gu, self.x, L.w_gate_up, 2 * F, D,              # rmsnorm(x) @ Wgu^T
+                   x_op="rmsnorm", norm=L.mlp_norm)
+            linear(p + "down", self.x, self.gu, L.w_down, D, F, "residual", "silu_mul")  # x += silu_mul(gu) @ Wd^T
+        linear("lm_head", self.logits, self.x, self.lm_head, c.vocab, D, "f32", "rmsnorm", self.final_norm)
         launch("argmax", "argmax", LaunchShape(B, 1024), tokens=self.next_tokens, logits=self.logits, V=c.vocab)
         return out
 

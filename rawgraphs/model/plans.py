@@ -13,8 +13,8 @@ These choices follow measurements on the H200 (benchmarks/gemv_bandwidth.py --al
 beats ``gemv_mma`` by 20-35%; at B = 8 ``gemv_mma`` takes 40-50% less time than the CUDA-core GEMV; at B = 64
 and 256 ``gemm_tc`` wins.
 
-When the grid would leave SMs idle (``gemv``, ``gemm_tc``: fewer than ``2 * SMS`` blocks; ``gemv_mma``: fewer
-than ``SMS // 2``) the K range is split: the main kernel
+When the grid would leave SMs idle (``gemv``: fewer than ``SMS`` blocks; ``gemm_tc``: fewer than ``2 * SMS``;
+``gemv_mma``: fewer than ``SMS // 2``) the K range is split: the main kernel
 writes fp32 partials to a **workspace** ``[splits, B, N]`` (``plan.workspace_bytes``) and ``splitk_reduce``
 adds them in a fixed order and applies the output (bit-identical run to run; no atomics). The decode step
 allocates one workspace of ``max_workspace_bytes(...)`` over every projection and batch size it launches, and
@@ -22,6 +22,11 @@ may share it between projections (they run one after the other on one stream).
 
 Output modes (``out``): ``"bf16"`` y bf16; ``"residual"`` y bf16 updated in place, ``y += x @ W^T``; ``"f32"``
 y fp32 (logits).
+
+Input ops (``x_op``) fuse the kernel before the projection into its x loads, saving a launch and a round trip:
+``"plain"`` x[B, K] as stored; ``"rmsnorm"`` ``bf16(rmsnorm(x[B, K]) * norm)`` (``launches(norm=, eps=)``; each
+block computes its rows' inverse RMS over all of K); ``"silu_mul"`` ``bf16(silu(gate) * up)`` of x[B, 2K].
+Each rounds to bf16 exactly where kernels/rmsnorm.cu and kernels/silu_mul.cu store.
 """
 
 from __future__ import annotations
@@ -31,10 +36,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-__all__ = ["OUT_MODES", "PARTIAL", "SMS", "GemvPlan", "Launch", "gemv_plan", "max_workspace_bytes"]
+__all__ = ["OUT_MODES", "PARTIAL", "X_OPS", "SMS", "GemvPlan", "Launch", "gemv_plan", "max_workspace_bytes"]
 
 OUT_MODES = {"bf16": 0, "residual": 1, "f32": 2}  # the `mode` argument of kernels/gemv.cu
 PARTIAL = 3  # mode: write fp32 partials of one K split
+X_OPS = {"plain": 0, "rmsnorm": 1, "silu_mul": 2}  # the `x_op` argument of kernels/gemv.cu
 SMS = 132  # streaming multiprocessors of the H200
 GEMV_ROWS = 4  # weight rows per gemv block (GEMV_ROWS in gemv.cu)
 TC_TILE = 64  # gemm_tc output tile edge (TC_M == TC_N in gemv.cu)
@@ -65,23 +71,29 @@ class GemvPlan:
     k_chunk: int  # K elements per split (multiple of 64)
     mode: int  # the main kernel's mode argument
     out_mode: int  # the requested output mode (OUT_MODES value)
+    x_op: int  # the input op (X_OPS value)
     workspace_bytes: int  # fp32 [splits, B, N] partials; 0 when splits == 1
     reduce_grid: tuple[int, int, int] | None
 
-    def launches(self, y, x, w, workspace, B: int, N: int, K: int) -> list[Launch]:
+    def launches(self, y, x, w, workspace, B: int, N: int, K: int, norm=None, eps: float = 0.0) -> list[Launch]:
         """The launches, in order, with every argument of each kernel filled in.
 
-        ``y``, ``x``, ``w``, ``workspace`` are whatever the launcher accepts as pointers (buffers or ints);
-        ``workspace`` may be None when ``splits == 1``.
+        ``y``, ``x``, ``w``, ``workspace``, ``norm`` are whatever the launcher accepts as pointers (buffers or
+        ints); ``workspace`` may be None when ``splits == 1``; ``norm [K]`` and ``eps`` serve ``x_op ==
+        "rmsnorm"`` (x is ``[B, 2K]`` for ``"silu_mul"``).
         """
+        if self.x_op == X_OPS["rmsnorm"] and norm is None:
+            raise ValueError("an rmsnorm-fused projection needs the norm weight")
+        main = dict(x=x, w=w, norm=0 if norm is None else norm, B=B, N=N, K=K, k_chunk=self.k_chunk, eps=eps,
+                    x_op=self.x_op)
         if self.splits == 1:
             return [Launch(self.kernel, self.grid, self.block, self.shared,
-                           dict(y=y, x=x, w=w, B=B, N=N, K=K, k_chunk=self.k_chunk, mode=self.mode))]
+                           dict(y=y, mode=self.mode, **main))]
         if workspace is None:
             raise ValueError(f"this plan splits K {self.splits} ways and needs a workspace of "
                              f"{self.workspace_bytes} bytes")
         return [Launch(self.kernel, self.grid, self.block, self.shared,
-                       dict(y=workspace, x=x, w=w, B=B, N=N, K=K, k_chunk=self.k_chunk, mode=PARTIAL)),
+                       dict(y=workspace, mode=PARTIAL, **main)),
                 Launch("splitk_reduce", self.reduce_grid, (REDUCE_THREADS, 1, 1), 0,
                        dict(y=y, partial=workspace, B=B, N=N, splits=self.splits, mode=self.out_mode))]
 
@@ -96,8 +108,8 @@ def _splits(blocks: int, K: int, target: int, min_chunk: int, force: int | None)
 
 
 def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = None,
-              splits: int | None = None) -> GemvPlan:
-    """The launch plan for ``y[B, N] (out) x[B, K] @ W[N, K]^T``; ``K % 8 == 0`` (16-byte rows).
+              splits: int | None = None, x_op: str = "plain") -> GemvPlan:
+    """The launch plan for ``y[B, N] (out) op(x)[B, K] @ W[N, K]^T``; ``K % 8 == 0`` (16-byte rows).
 
     ``kernel`` and ``splits`` override the choice (every kernel is correct for every ``B``; tests and the
     benchmark compare them).
@@ -106,10 +118,14 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         raise ValueError(f"gemv needs B >= 1, N >= 1 and K a positive multiple of 8; got B={B}, N={N}, K={K}")
     if out not in OUT_MODES:
         raise ValueError(f"out must be one of {sorted(OUT_MODES)}, got {out!r}")
+    if x_op not in X_OPS:
+        raise ValueError(f"x_op must be one of {sorted(X_OPS)}, got {x_op!r}")
     kernel = kernel or ("gemv" if B == 1 else "gemv_mma" if B <= 16 else "gemm_tc")
     if kernel == "gemv":
+        # 132-263 blocks (small's o / down at B = 1) run unsplit: the reduce launch (~2-3 us in a graph) costs
+        # more than the SMs left with one block instead of two.
         block, tiles = (128, 1, 1), math.ceil(N / GEMV_ROWS)
-        splits, k_chunk = _splits(tiles, K, 2 * SMS, 512, splits)
+        splits, k_chunk = _splits(tiles, K, SMS, 512, splits)
         grid = (tiles, splits, 1)
     elif kernel == "gemv_mma":
         # Measured: 128 blocks (N = 2048) unsplit beat 2 or 3 splits (the reduce launch costs more than the
@@ -125,9 +141,10 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         raise ValueError(f"unknown gemv kernel {kernel!r}; one of gemv, gemv_mma, gemm_tc")
     mode = OUT_MODES[out]
     if splits == 1:
-        return GemvPlan(kernel, grid, block, 0, 1, k_chunk, mode, mode, 0, None)
+        return GemvPlan(kernel, grid, block, 0, 1, k_chunk, mode, mode, X_OPS[x_op], 0, None)
     reduce_grid = (math.ceil(B * N / REDUCE_THREADS), 1, 1)
-    return GemvPlan(kernel, grid, block, 0, splits, k_chunk, PARTIAL, mode, 4 * splits * B * N, reduce_grid)
+    return GemvPlan(kernel, grid, block, 0, splits, k_chunk, PARTIAL, mode, X_OPS[x_op], 4 * splits * B * N,
+                    reduce_grid)
 
 
 def max_workspace_bytes(batch_sizes: Iterable[int], shapes: Iterable[tuple[int, int]]) -> int:
