@@ -139,12 +139,10 @@ class DecodeModel:
         self.positions = new(B, np.int32)                     # [B] position of the input token; <0: inactive
         self.block_tables = new((B, self.max_blocks), np.int32)  # [B, MB]
         self.x = new((B, D), BF16)                            # [B, D] residual stream
-        self.h = new((B, D), BF16)                            # [B, D] normed (the step fuses it; benchmarks size it)
         self.qkv = new((B, qkv_dim), BF16)                    # [B, (H + 2 KVH) hd]
         self.q = new((B, H, hd), BF16)                        # [B, H, hd] after RoPE
         self.attn = new((B, H * hd), BF16)                    # [B, H hd]
         self.gu = new((B, 2 * F), BF16)                       # [B, 2F] gate | up
-        self.m = new((B, F), BF16)                            # [B, F] (the step fuses it; benchmarks size it)
         self.logits = new((B, V), np.float32)                 # [B, V]
         self.next_tokens = new(B, np.int32)                   # [B] greedy output
         shapes = [(qkv_dim, D), (D, H * hd), (2 * F, D), (D, F), (V, D)]
