@@ -89,7 +89,7 @@ def cmd_bench(args) -> int:
 def cmd_break(args) -> int:
     """The seed's exercise E: every forbidden thing inside a capture, and what it did."""
     from .breakit import main as breakit_main
-    return breakit_main(args.rest)
+    return breakit_main(["--json", args.json] if args.json else [])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -111,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--quick", action="store_true", help="smaller runs, for a fast check")
     b.set_defaults(fn=cmd_bench)
     k = sub.add_parser("break", help="exercise E: try each forbidden call inside a capture, print what happened")
-    k.add_argument("rest", nargs=argparse.REMAINDER, help="options for the exercise (--json PATH)")
+    k.add_argument("--json", metavar="PATH", help="also write the table as JSON")
     k.set_defaults(fn=cmd_break)
     return p
 

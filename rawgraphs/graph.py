@@ -241,8 +241,8 @@ class Graph:
         (``cudaGraphKernelNodeSetGridDim`` / ``SetParam`` from a kernel in the running graph)."""
         if node.kind != "kernel":
             raise ValueError(f"{node.name!r} is a {node.kind} node; only kernel nodes are device-updatable")
-        attr = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE
-        value = driver.CUlaunchAttributeValue()
+        attr = driver.CUkernelNodeAttrID.CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE
+        value = driver.CUkernelNodeAttrValue()
         value.deviceUpdatableKernelNode.deviceUpdatable = 1
         check(driver.cuGraphKernelNodeSetAttribute(node.handle, attr, value), "cuGraphKernelNodeSetAttribute")
         got = check(driver.cuGraphKernelNodeGetAttribute(node.handle, attr), "cuGraphKernelNodeGetAttribute")

@@ -163,18 +163,38 @@ def test_update_refused_for_topology_change_names_reason_and_node(k, bufs, strea
         exe.update(g2)
     assert ei.value.reason == "TOPOLOGY_CHANGED" and ei.value.node == "extra"
     assert ei.value.name == "CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE"
-    g3 = Graph()  # same topology, but node "c" launches another function
+    g4 = Graph()  # same nodes, one edge fewer (c no longer waits for b): the driver refuses it
+    na = g4.add_kernel(k["axpb"], SHAPE, {"out": bufs["a"], "x": bufs["x"], "a": 2.0, "b": 1.0, "n": N})
+    g4.add_kernel(k["axpb"], SHAPE, {"out": bufs["b"], "x": bufs["y"], "a": -1.0, "b": 0.5, "n": N}, name="b")
+    nc = g4.add_kernel(k["add"], SHAPE, {"out": bufs["c"], "x": bufs["a"], "y": bufs["b"], "n": N}, deps=na)
+    g4.add_kernel(k["axpb"], SHAPE, {"out": bufs["d"], "x": bufs["c"], "a": 0.5, "b": 0.0, "n": N}, deps=nc)
+    with pytest.raises(GraphUpdateError) as ei:
+        exe.update(g4)
+    assert ei.value.reason == "TOPOLOGY_CHANGED" and ei.value.node == "b"  # from the driver, through ctypes
+    exe.launch(stream)  # the executable is unchanged and still right
+    stream.synchronize()
+    check_all(bufs, expected(bufs))
+
+
+def test_update_may_change_a_kernel_function(k, bufs, stream):
+    """Driver 580 (CUDA 13.0) accepts a different function at the same node (benchmarks/update_rules.py)."""
+    exe = diamond_explicit(k, bufs).instantiate()
+    g3 = Graph()  # same topology, but node "c" launches axpb instead of add
     na = g3.add_kernel(k["axpb"], SHAPE, {"out": bufs["a"], "x": bufs["x"], "a": 2.0, "b": 1.0, "n": N})
     nb = g3.add_kernel(k["axpb"], SHAPE, {"out": bufs["b"], "x": bufs["y"], "a": -1.0, "b": 0.5, "n": N})
     nc = g3.add_kernel(k["axpb"], SHAPE, {"out": bufs["c"], "x": bufs["a"], "a": 1.0, "b": 0.0, "n": N},
                        deps=[na, nb], name="swapped")
     g3.add_kernel(k["axpb"], SHAPE, {"out": bufs["d"], "x": bufs["c"], "a": 0.5, "b": 0.0, "n": N}, deps=nc)
-    with pytest.raises(GraphUpdateError) as ei:
-        exe.update(g3)
-    assert ei.value.reason == "FUNCTION_CHANGED" and ei.value.node == "swapped"
-    exe.launch(stream)  # the executable is unchanged and still right
+    exe.update(g3)
+    exe.launch(stream)
     stream.synchronize()
-    check_all(bufs, expected(bufs))
+    a = expected(bufs)["a"]
+    np.testing.assert_array_equal(bufs["c"].to_numpy(), a)  # c is now a copy of a, not a + b
+    np.testing.assert_array_equal(bufs["d"].to_numpy(), np.float32(0.5) * a)
+    exe.set_args(exe.graph.nodes[2], a=3.0)  # the executable's record now describes axpb at node c
+    exe.launch(stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(bufs["c"].to_numpy(), np.float32(3) * a)
 
 
 def test_every_node_kind(k, stream, rng):
