@@ -108,15 +108,13 @@ def host_loop(model: DecodeModel, launch: Callable[[], None], inputs, N: int, st
 
 
 def loop_body(loop: DeviceLoop, inputs, stream: Stream):
-    """A body for :func:`timed`: set_inputs + one launch of the loop graph, then its tokens ``[N, B]``."""
-    model = loop.model
+    """A body for :func:`timed`: stage the inputs + one launch of the loop graph (its memcpy nodes copy inputs
+    in and tokens out), then its tokens ``[N, B]``."""
 
     def body():
         t0 = time.perf_counter()
-        model.set_inputs(*inputs, stream)
-        loop.exe.launch(stream)
+        loop.start(*inputs)
         enqueue = time.perf_counter() - t0
-        loop.out.download_async(loop.h_out, loop.out.nbytes, stream)
         stream.synchronize()
         return enqueue, loop.h_out.array.copy()  # [N, B]
 

@@ -137,8 +137,7 @@ def _loop_demo(model: DecodeModel, prompts, n: int, stream: Stream, want_tokens,
     got = loop.run(first, positions, alloc_tables)
     want = [w[1:n + 1] for w in want_tokens] if len(want_tokens[0]) > n else None
     def run_loop():  # the loop advances positions on the device: restage the inputs every time
-        model.set_inputs(first, positions, alloc_tables, stream)
-        loop.exe.launch(stream)
+        loop.start(first, positions, alloc_tables)
 
     us = summarize(time_gpu(run_loop, stream, warmup=1, iters=1, repeats=5)).median
     step_us = summarize(time_gpu(replay, stream, warmup=2, iters=10, repeats=5)).median

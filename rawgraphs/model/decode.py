@@ -236,6 +236,14 @@ class DecodeModel:
 
         tokens [B] int, positions [B] int (< 0: inactive row), block_tables [B, <= max_blocks] int.
         """
+        B = self.stage_inputs(tokens, positions, block_tables)
+        self.tokens.upload_async(self.h_tokens, 4 * B, stream)
+        self.positions.upload_async(self.h_positions, 4 * B, stream)
+        self.block_tables.upload_async(self.h_tables, 4 * B * self.max_blocks, stream)
+
+    def stage_inputs(self, tokens, positions, block_tables) -> int:
+        """Check and write ``B`` rows of inputs into the pinned staging arrays only (a graph with memcpy nodes
+        from them copies them in); returns ``B``. Do not call while a launch that copies them is pending."""
         tokens, positions = np.asarray(tokens, np.int32), np.asarray(positions, np.int32)
         tables = np.asarray(block_tables, np.int32)
         B = len(tokens)
@@ -248,9 +256,7 @@ class DecodeModel:
         self.h_positions.array[:B] = positions
         self.h_tables.array[:B] = 0
         self.h_tables.array[:B, :tables.shape[1]] = tables
-        self.tokens.upload_async(self.h_tokens, 4 * B, stream)
-        self.positions.upload_async(self.h_positions, 4 * B, stream)
-        self.block_tables.upload_async(self.h_tables, 4 * B * self.max_blocks, stream)
+        return B
 
     def read_tokens(self, B: int, stream: Stream) -> np.ndarray:
         """The step's greedy tokens for ``B`` rows (waits for the stream)."""

@@ -1,10 +1,12 @@
 """An on-device decode loop: one graph launch decodes up to N tokens for the whole batch and stops on EOS.
 
-Graph: memset(out = -1), memset(step = 0), memset(done = 0) -> WHILE { decode step ; decode_loop_tail }.
+Graph: copy the staged inputs in (memcpy nodes from pinned memory), memset(out = -1), memset(step = 0),
+memset(done = 0) -> WHILE { decode step ; decode_loop_tail } -> copy out and step back to pinned memory.
 The tail kernel (kernels/conditional.cu) appends each active row's token to ``out[step, b]``, feeds it back as
 the next input, advances the row's position (an EOS makes the row inactive), and keeps the loop going while
 ``step < N`` and some row is still live. The host never sees a token until the loop ends (seed, constraint 3:
-control flow made data-driven on the GPU). Block tables must already cover ``position + N`` for every row.
+control flow made data-driven on the GPU), and the host's whole part of N tokens is writing the inputs and one
+``cuGraphLaunch``. Block tables must already cover ``position + N`` for every row.
 """
 
 from __future__ import annotations
@@ -34,7 +36,10 @@ class DeviceLoop:
         self.h_out, self.h_step = HostBuffer((max_steps, B), np.int32), HostBuffer(1, np.int32)
         tail = Module.from_file("conditional").kernel("decode_loop_tail")
         g = Graph()
-        init = [g.add_memset(self.out, 0xFF, name="out=-1"), g.add_memset(self.step, 0, name="step=0"),
+        init = [g.add_memcpy(model.tokens, model.h_tokens, 4 * B, name="tokens in"),
+                g.add_memcpy(model.positions, model.h_positions, 4 * B, name="positions in"),
+                g.add_memcpy(model.block_tables, model.h_tables, 4 * B * model.max_blocks, name="tables in"),
+                g.add_memset(self.out, 0xFF, name="out=-1"), g.add_memset(self.step, 0, name="step=0"),
                 g.add_memset(self.done, 0, name="done=0")]
         loop = add_conditional(g, "while", default=1, deps=init, name="decode_loop")
         body = loop.bodies[0]
@@ -43,19 +48,22 @@ class DeviceLoop:
             tail.launch(LaunchShape(1, (B + 31) // 32 * 32), tail.args(
                 handle=loop.handle, next=model.next_tokens, tokens=model.tokens, positions=model.positions,
                 done=self.done, out=self.out, step=self.step, max_steps=max_steps, B=B, eos=eos), stream)
+        g.add_memcpy(self.h_out, self.out, deps=loop.node, name="out back")
+        g.add_memcpy(self.h_step, self.step, deps=loop.node, name="step back")
         self.graph, self.loop = g, loop
         self.exe = g.instantiate()
         self.exe.upload(stream)
 
+    def start(self, tokens, positions, block_tables) -> None:
+        """Stage the inputs in pinned memory and launch: all the host does for up to N tokens."""
+        self.model.stage_inputs(tokens, positions, block_tables)
+        self.exe.launch(self.stream)
+
     def run(self, tokens, positions, block_tables) -> list[list[int]]:
         """Feed the last prompt token of each row (position < 0: inactive row) and decode on the device;
         returns each row's tokens up to and including its EOS."""
-        m, s = self.model, self.stream
-        m.set_inputs(tokens, positions, block_tables, s)
-        self.exe.launch(s)
-        self.out.download_async(self.h_out, self.out.nbytes, s)
-        self.step.download_async(self.h_step, 4, s)
-        s.synchronize()
+        self.start(tokens, positions, block_tables)
+        self.stream.synchronize()
         steps = int(self.h_step.array[0])
         out = self.h_out.array[:steps]  # [steps, B]
         return [[int(t) for t in out[:, b] if t >= 0] for b in range(self.B)]
