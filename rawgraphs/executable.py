@@ -154,14 +154,14 @@ class GraphExec:
         if err:
             raise error_from(driver.CUresult(err), f"cuGraphExecKernelNodeSetParams({rec.node.name})")
 
-    def set_args(self, node: Node | str, **named) -> None:
+    def set_args(self, node: Node | str, /, **named) -> None:
         """Rewrite the named pointer/scalar arguments of one kernel node; nothing else changes."""
         self._live()
         rec = self._rec(node)
         rec.args.set(**named)
         self._push(rec)
 
-    def set_args_many(self, nodes, **named) -> int:
+    def set_args_many(self, nodes, /, **named) -> int:
         """Give the same named values to many kernel nodes (all of one kernel signature): values are checked
         and packed once, then written into each node's block. Returns the number of nodes updated."""
         self._live()
@@ -180,7 +180,7 @@ class GraphExec:
                 raise error_from(driver.CUresult(err), f"cuGraphExecKernelNodeSetParams({rec.node.name})")
         return len(recs)
 
-    def set_args_where(self, kernel, **named) -> int:
+    def set_args_where(self, kernel, /, **named) -> int:
         """Every node of ``kernel`` (a Kernel or name): ``exe.set_args_where("gemv", w=new_weights)``."""
         return self.set_args_many(self.graph.nodes_of(kernel), **named)
 

@@ -271,7 +271,7 @@ class Kernel:
         self._max_shared = 48 * 1024
         self._configs: dict = {}  # (shape, stream) -> CUlaunchConfig for PDL launches
 
-    def args(self, *args, **kwargs) -> KernelArgs:
+    def args(self, /, *args, **kwargs) -> KernelArgs:
         """A new packed argument block; all arguments required, by position or name."""
         return KernelArgs(self.signature, *args, **kwargs)
 
@@ -317,7 +317,7 @@ class Kernel:
             self._configs[key] = cfg
         return cfg
 
-    def __call__(self, grid, block, *args, stream: Stream, shared: int = 0, **kwargs) -> KernelArgs:
+    def __call__(self, grid, block, /, *args, stream: Stream, shared: int = 0, **kwargs) -> KernelArgs:
         """Convenience: pack the arguments and launch once; returns the block it launched."""
         block_args = self.args(*args, **kwargs)
         self.launch(LaunchShape(grid, block, shared), block_args, stream)
