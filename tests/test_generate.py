@@ -35,8 +35,7 @@ def test_rows_join_late_finish_and_match_decoding_alone(rng):
         alone = Reference(cfg, w)
         assert generate(alone, [prompt], 6, step=alone.step).tokens[0] == out.tokens[b]
     assert out.steps == len(together.seen) == 4 + 5 - 1 + 6  # the late row's prompt ends last
-    for tokens, positions, tables in together.seen:
-        assert positions[2] == -1  # the padding row is never active
+    assert all(positions[2] == -1 for _, positions, _ in together.seen)  # the padding row is never active
     first_pos = [p[1] for _, p, _ in together.seen[:5]]
     assert first_pos == [-1, -1, -1, -1, 0]  # row 1 joins at step 4
     last = together.seen[-1][1]
