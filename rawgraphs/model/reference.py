@@ -181,25 +181,39 @@ class ReferenceModel:
         over ``positions[b] + 1`` tokens. Inactive rows (``positions[b] < 0``) write no cache and attend to
         nothing.
         """
-        cfg, w, r = self.cfg, self.weights, self._store
         positions = np.asarray(positions, dtype=np.int64)  # [B]
+        x = embedding(tokens, self.weights.embed)  # [B, D]
+        for layer in range(self.cfg.n_layers):
+            x = self._store(x + self.attention_part(layer, x, positions, block_tables))  # [B, D]
+            x = self._store(x + self.mlp_part(layer, x))  # [B, D]
+        return self.head(x)
+
+    def attention_part(self, layer: int, x: np.ndarray, positions: np.ndarray, block_tables) -> np.ndarray:
+        """What attention adds to the residual ``x [B, D]`` (float64, before the add): norm, QKV, RoPE, KV
+        append, paged attention, output projection. Under tensor parallelism, one rank's partial sum."""
+        cfg, lw, r = self.cfg, self.weights.layers[layer], self._store
         n, h_, kvh, hd = len(positions), cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-        x = embedding(tokens, w.embed)  # [B, D]
-        for layer, lw in enumerate(w.layers):
-            h = r(rmsnorm(x, lw.attn_norm, cfg.rms_norm_eps))  # [B, D]
-            qkv = r(linear(h, lw.w_qkv))  # [B, (H + 2*KVH)*hd]
-            q = qkv[:, :cfg.q_dim].reshape(n, h_, hd)  # [B, H, hd]
-            k = qkv[:, cfg.q_dim:cfg.q_dim + cfg.kv_dim].reshape(n, kvh, hd)  # [B, KVH, hd]
-            v = qkv[:, cfg.q_dim + cfg.kv_dim:].reshape(n, kvh, hd)  # [B, KVH, hd]
-            q = r(rope(q, positions, cfg.rope_theta))
-            k = rope(k, positions, cfg.rope_theta)
-            append_kv(self.k_cache[layer], self.v_cache[layer], k, v, block_tables, positions)
-            a = r(paged_attention(q, self.k_cache[layer], self.v_cache[layer], block_tables, positions + 1))
-            x = r(x + linear(a.reshape(n, cfg.q_dim), lw.w_o))  # [B, D]
-            h = r(rmsnorm(x, lw.mlp_norm, cfg.rms_norm_eps))
-            gu = r(linear(h, lw.w_gate_up))  # [B, 2F]
-            m = r(silu_mul(gu))  # [B, F]
-            x = r(x + linear(m, lw.w_down))  # [B, D]
-        h = r(rmsnorm(x, w.final_norm, cfg.rms_norm_eps))
-        logits = linear(h, w.lm_head)  # [B, V]
+        h = r(rmsnorm(x, lw.attn_norm, cfg.rms_norm_eps))  # [B, D]
+        qkv = r(linear(h, lw.w_qkv))  # [B, (H + 2*KVH)*hd]
+        q = qkv[:, :cfg.q_dim].reshape(n, h_, hd)  # [B, H, hd]
+        k = qkv[:, cfg.q_dim:cfg.q_dim + cfg.kv_dim].reshape(n, kvh, hd)  # [B, KVH, hd]
+        v = qkv[:, cfg.q_dim + cfg.kv_dim:].reshape(n, kvh, hd)  # [B, KVH, hd]
+        q = r(rope(q, positions, cfg.rope_theta))
+        k = rope(k, positions, cfg.rope_theta)
+        append_kv(self.k_cache[layer], self.v_cache[layer], k, v, block_tables, positions)
+        a = r(paged_attention(q, self.k_cache[layer], self.v_cache[layer], block_tables, positions + 1))
+        return linear(a.reshape(n, cfg.q_dim), lw.w_o)  # [B, D]
+
+    def mlp_part(self, layer: int, x: np.ndarray) -> np.ndarray:
+        """What the MLP adds to the residual ``x [B, D]`` (float64, before the add)."""
+        cfg, lw, r = self.cfg, self.weights.layers[layer], self._store
+        h = r(rmsnorm(x, lw.mlp_norm, cfg.rms_norm_eps))
+        gu = r(linear(h, lw.w_gate_up))  # [B, 2F]
+        m = r(silu_mul(gu))  # [B, F]
+        return linear(m, lw.w_down)  # [B, D]
+
+    def head(self, x: np.ndarray) -> np.ndarray:
+        """Final norm and LM head: logits ``[B, V]``."""
+        h = self._store(rmsnorm(x, self.weights.final_norm, self.cfg.rms_norm_eps))
+        logits = linear(h, self.weights.lm_head)  # [B, V]
         return logits.astype(np.float32).astype(np.float64) if self.bf16_activations else logits
