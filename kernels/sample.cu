@@ -57,15 +57,50 @@ __device__ __forceinline__ void block_argmax_store(float bv, int bi, int* out) {
     }
 }
 
+#define ROW_UNROLL 8  // float4 loads in flight per thread per pass
+
+// This thread's best (score(v, i), i) over row[0, V): 16-byte loads, ROW_UNROLL of them issued before the first
+// is compared (a loop of one dependent scalar load per step made argmax 14.5 us for one 32000-wide row; ncu,
+// session 2), or one element at a time when rows are not 16-byte aligned (V % 4 != 0).
+template <typename Score>
+__device__ __forceinline__ void row_best(const float* __restrict__ row, int V, Score score, float& bv, int& bi) {
+    bv = -CUDART_INF_F;
+    bi = 0x7fffffff;
+    if (V % 4 == 0) {
+        const float4* r4 = reinterpret_cast<const float4*>(row);
+        const int n4 = V / 4;
+        for (int base = threadIdx.x; base < n4; base += blockDim.x * ROW_UNROLL) {
+            float4 q[ROW_UNROLL];
+#pragma unroll
+            for (int u = 0; u < ROW_UNROLL; ++u) {
+                const int j = base + u * blockDim.x;
+                q[u] = j < n4 ? __ldg(r4 + j) : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+#pragma unroll
+            for (int u = 0; u < ROW_UNROLL; ++u) {
+                const int j = base + u * blockDim.x;
+                if (j >= n4) break;
+                const float e[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
+#pragma unroll
+                for (int t = 0; t < 4; ++t) {
+                    const float v = score(e[t], 4 * j + t);
+                    if (better(v, 4 * j + t, bv, bi)) { bv = v; bi = 4 * j + t; }
+                }
+            }
+        }
+    } else {
+        for (int i = threadIdx.x; i < V; i += blockDim.x) {
+            const float v = score(row[i], i);
+            if (better(v, i, bv, bi)) { bv = v; bi = i; }
+        }
+    }
+}
+
 extern "C" __global__ void argmax(int* __restrict__ tokens, const float* __restrict__ logits, int V) {
     pdl_begin();
-    const float* row = logits + (size_t)blockIdx.x * V;
-    float bv = -CUDART_INF_F;
-    int bi = 0x7fffffff;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) {
-        const float v = row[i];
-        if (better(v, i, bv, bi)) { bv = v; bi = i; }
-    }
+    float bv;
+    int bi;
+    row_best(logits + (size_t)blockIdx.x * V, V, [](float v, int) { return v; }, bv, bi);
     block_argmax_store(bv, bi, tokens + blockIdx.x);
 }
 
@@ -74,21 +109,18 @@ extern "C" __global__ void sample(int* __restrict__ tokens, const float* __restr
                                   float temperature, int V) {
     pdl_begin();
     const int b = blockIdx.x;
-    const float* row = logits + (size_t)b * V;
     const bool greedy = !(temperature > 0.0f);
     const unsigned long long key =
         mix64(*seed ^ mix64(((unsigned long long)(unsigned)*step << 32) | (unsigned)b));
-    float bv = -CUDART_INF_F;
-    int bi = 0x7fffffff;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) {
-        float v = row[i];
-        if (!greedy) {
-            const unsigned long long r = mix64(key + (unsigned long long)i);
-            const float u = ((float)(r >> 41) + 0.5f) * 1.1920928955078125e-07f;  // 2^-23
-            v = v / temperature - logf(-logf(u));
-        }
-        if (better(v, i, bv, bi)) { bv = v; bi = i; }
-    }
+    auto gumbel = [=](float v, int i) {
+        if (greedy) return v;
+        const unsigned long long r = mix64(key + (unsigned long long)i);
+        const float u = ((float)(r >> 41) + 0.5f) * 1.1920928955078125e-07f;  // 2^-23
+        return v / temperature - logf(-logf(u));
+    };
+    float bv;
+    int bi;
+    row_best(logits + (size_t)b * V, V, gumbel, bv, bi);
     block_argmax_store(bv, bi, tokens + b);
 }
 

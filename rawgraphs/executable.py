@@ -2,11 +2,10 @@
 
 Each kernel node of the executable has its *own* packed argument block (copied from the graph's record at
 instantiate), pinned with everything it points at. ``set_args`` rewrites only the named bytes of that block and
-hands the node to ``cuGraphExecKernelNodeSetParams``: libcuda is called directly through ctypes with a
-``CUDA_KERNEL_NODE_PARAMS`` and argument objects built once per node. Measured on the H200
-(benchmarks/graph_overheads.py): 1.07 us per node for ``set_args_many``, while the cuda.bindings call with the
-same prebuilt params costs 0.55 us, so the ctypes call itself is the larger share; the bindings call is the next
-thing to try on this path.
+hands the node to ``cuGraphExecKernelNodeSetParams`` with a ``CUDA_KERNEL_NODE_PARAMS`` built once per node
+(its ``kernelParams`` point into the block, so rewriting the block is all an update needs). The call goes through
+cuda.bindings: measured on the H200 (benchmarks/graph_overheads.py), calling libcuda through ctypes with prebuilt
+``c_void_p`` arguments cost 1.07 us per node in ``set_args_many`` against 0.55 us for the bindings call alone.
 """
 
 from __future__ import annotations
@@ -33,13 +32,10 @@ class _UpdateResultInfo(ctypes.Structure):  # CUgraphExecUpdateResultInfo (cuda.
 
 
 class _Libcuda:
-    """The two driver entry points we call without cuda.bindings (loaded on first use)."""
+    """The driver entry point we call without cuda.bindings (loaded on first use)."""
 
     def __init__(self):
         lib = ctypes.CDLL("libcuda.so.1")
-        # no argtypes: callers pass prebuilt c_void_p objects, which ctypes hands over without conversion
-        self.set_params = lib.cuGraphExecKernelNodeSetParams_v2
-        self.set_params.restype = ctypes.c_int
         # cuda.bindings returns (FAILURE, None) for a refused update: the reason and node are lost there
         self.exec_update = lib.cuGraphExecUpdate_v2
         self.exec_update.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(_UpdateResultInfo)]
@@ -47,6 +43,7 @@ class _Libcuda:
 
 
 _lib: _Libcuda | None = None
+_set_params = driver.cuGraphExecKernelNodeSetParams  # the update hot path, looked up once
 
 
 def _libcuda() -> _Libcuda:
@@ -64,8 +61,6 @@ class _ExecKernel:
     shape: LaunchShape
     args: KernelArgs    # this executable's block; params.kernelParams points at it
     params: driver.CUDA_KERNEL_NODE_PARAMS
-    node_arg: ctypes.c_void_p    # the node handle, ready for the ctypes call
-    params_arg: ctypes.c_void_p  # address of ``params``' C struct
 
 
 def _destroy_exec(handle) -> None:
@@ -107,7 +102,6 @@ class GraphExec:
         self.instantiate_ms = (time.perf_counter() - t0) * 1e3
         self.upload_ms: float | None = None
         self._finalizer = weakref.finalize(self, _destroy_exec, self.handle)
-        self._handle_arg = ctypes.c_void_p(int(self.handle))
         self.graph = graph  # pins the graph: its node handles name our nodes to the driver
         graph._execs.add(self)
         self._kernels: dict[int, _ExecKernel] = {}
@@ -120,7 +114,7 @@ class GraphExec:
         """The record for ``node`` taking kernel, shape and a copy of the arguments from ``source``."""
         shape, args = source.shape, source.args.copy()
         params = kernel_node_params(source.kernel, shape, args)
-        return _ExecKernel(node, shape, args, params, ctypes.c_void_p(node.key), ctypes.c_void_p(params.getPtr()))
+        return _ExecKernel(node, shape, args, params)
 
     def _live(self) -> driver.CUgraphExec:
         if not self._finalizer.alive:
@@ -152,9 +146,9 @@ class GraphExec:
 
     # ---- in-place updates ---------------------------------------------------------------------------------
     def _push(self, rec: _ExecKernel) -> None:
-        err = _libcuda().set_params(self._handle_arg, rec.node_arg, rec.params_arg)
+        err, = _set_params(self.handle, rec.node.handle, rec.params)
         if err:
-            raise error_from(driver.CUresult(err), f"cuGraphExecKernelNodeSetParams({rec.node.name})")
+            raise error_from(err, f"cuGraphExecKernelNodeSetParams({rec.node.name})")
 
     def set_args(self, node: Node | str, /, **named) -> None:
         """Rewrite the named pointer/scalar arguments of one kernel node; nothing else changes."""
@@ -174,12 +168,12 @@ class GraphExec:
         if any(r.args.signature.params != sig.params for r in recs):
             raise TypeError("set_args_many needs nodes whose kernels share one signature")
         packed = recs[0].args.pack(**named)
-        push, h = _libcuda().set_params, self._handle_arg
+        h = self.handle
         for rec in recs:
             rec.args.apply(packed)
-            err = push(h, rec.node_arg, rec.params_arg)
+            err, = _set_params(h, rec.node.handle, rec.params)
             if err:
-                raise error_from(driver.CUresult(err), f"cuGraphExecKernelNodeSetParams({rec.node.name})")
+                raise error_from(err, f"cuGraphExecKernelNodeSetParams({rec.node.name})")
         return len(recs)
 
     def set_args_where(self, kernel, /, **named) -> int:

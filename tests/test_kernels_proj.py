@@ -330,7 +330,7 @@ def test_gemv_fused_input(mods, stream, rng, N, K, x_op):
 # ---------------------------------------------------------------- GPU: argmax, sample
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("B,V", [(1, 512), (37, 32000), (256, 32000)])
+@pytest.mark.parametrize("B,V", [(1, 512), (37, 32000), (256, 32000), (5, 32001)])  # 32001: scalar path
 def test_argmax(mods, stream, rng, B, V):
     logits = rng.standard_normal((B, V)).astype(np.float32)  # [B, V]
     logits[0, [V // 3, V // 2, V - 1]] = 100.0  # a three-way tie: the lowest index wins
@@ -344,7 +344,7 @@ def test_argmax(mods, stream, rng, B, V):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("temperature", [0.0, 0.7, 1.5])
-@pytest.mark.parametrize("B,V", [(3, 512), (37, 32000)])
+@pytest.mark.parametrize("B,V", [(3, 512), (37, 32000), (2, 1001)])  # 1001: scalar path
 def test_sample(mods, stream, rng, B, V, temperature):
     logits = (rng.standard_normal((B, V)) * 2.0).astype(np.float32)  # [B, V]
     seed_value, step_value = 0x1234_5678_9ABC_DEF0, 41
