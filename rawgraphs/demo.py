@@ -18,9 +18,10 @@ from .bench.timing import time_gpu, time_host
 from .context import Stream, gpu_available
 from .model import ModelConfig, Weights
 from .model.blocks import BlockAllocator, make_block_tables
-from .model.decode import DecodeModel
+from .model.decode import AllReduce, DecodeModel, PlanCommunicator
 from .model.generate import MODES, generate, model_step, step_runner
 from .model.loop import DeviceLoop
+from .model.tensor_parallel import DecodeJob, decode_rank, local_config
 from .runner import DEFAULT_CAPTURE_SIZES, DecodeRunner, pick_size
 
 NOMINAL_GBS = 4270.0  # H200 copy bandwidth measured here (read + write); used only for the GPU-less plan
@@ -36,6 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-pdl", action="store_true", help="launch without programmatic dependent launch")
     p.add_argument("--update", action="store_true", help="also swap weights, KV pool and eps in place, no recapture")
     p.add_argument("--loop", type=int, default=0, metavar="N", help="also decode N tokens in one graph launch")
+    p.add_argument("--tp", type=int, default=0, metavar="N", help="tensor parallelism: one process per GPU on N "
+                   "GPUs, NCCL all-reduces captured in each rank's graph (1: one GPU through the same path)")
 
 
 def load(spec: str, seed: int, with_weights: bool = True) -> tuple[ModelConfig, Weights | None]:
@@ -54,29 +57,50 @@ def _prompts(args, cfg) -> list[list[int]]:
     return [[(t + 7 * b) % cfg.vocab for t in ids] for b in range(args.batch)]  # a distinct prompt per row
 
 
-def print_plan(cfg: ModelConfig, B: int, prompt_len: int, n_new: int) -> None:
-    """The step's launches (first layer in full, then counts) and its bandwidth floor, without a GPU."""
-    launches = DecodeModel(cfg, None, max_batch=B, plan_only=True).step_launches(B)
+def _plan_row(ln) -> dict:
+    if isinstance(ln, AllReduce):
+        return {"launch": ln.name, "kernel": f"NCCL all-reduce (sum over {ln.comm.size} ranks)", "grid": "",
+                "block": ""}
+    return {"launch": ln.name, "kernel": ln.kernel.name, "grid": str(ln.shape.grid), "block": str(ln.shape.block[0])}
+
+
+def print_plan(cfg: ModelConfig, B: int, prompt_len: int, n_new: int, tp: int = 0) -> None:
+    """The step's launches (first layer in full, then counts) and its bandwidth floor, without a GPU; with
+    ``tp``, the step of one tensor-parallel rank."""
+    if tp:
+        local = local_config(cfg, tp)
+        model = DecodeModel(local, None, max_batch=B, plan_only=True, comm=PlanCommunicator(0, tp))
+    else:
+        model = DecodeModel(cfg, None, max_batch=B, plan_only=True)
+    launches = model.step_launches(B)
     shown = [ln for ln in launches if not ln.name.startswith("L") or ln.name.startswith("L0.")]
-    print(format_table([{"launch": ln.name, "kernel": ln.kernel.name, "grid": str(ln.shape.grid),
-                         "block": str(ln.shape.block[0])} for ln in shown],
-                       ["launch", "kernel", "grid", "block"],
-                       title=f"decode step plan, B={B} (layers 1..{cfg.n_layers - 1} repeat layer 0)"))
-    ctx = [prompt_len + n_new] * B
-    print(f"\n{len(launches)} kernels per step; {step_bytes(cfg, ctx) / 1e9:.3f} GB per step at context {ctx[0]}; "
-          f"floor {floor_ms(cfg, ctx, NOMINAL_GBS):.3f} ms/step at {NOMINAL_GBS / 1000:.2f} TB/s")
+    rank = f", one rank of {tp} (H={local.n_heads} KVH={local.n_kv_heads} F={local.ffn_dim})" if tp else ""
+    print(format_table([_plan_row(ln) for ln in shown], ["launch", "kernel", "grid", "block"],
+                       title=f"decode step plan, B={B}{rank} (layers 1..{cfg.n_layers - 1} repeat layer 0)"))
+    ctx, c = [prompt_len + n_new] * B, model.cfg
+    n_ar = sum(isinstance(ln, AllReduce) for ln in launches)
+    print(f"\n{len(launches) - n_ar} kernels{f' and {n_ar} all-reduces' if tp else ''} per step"
+          f"{' per rank' if tp else ''}; {step_bytes(c, ctx) / 1e9:.3f} GB per step at context {ctx[0]}; "
+          f"floor {floor_ms(c, ctx, NOMINAL_GBS):.3f} ms/step at {NOMINAL_GBS / 1000:.2f} TB/s")
 
 
 def run(args: argparse.Namespace) -> int:
     cfg, _ = load(args.model, args.seed, with_weights=False)
     prompts = _prompts(args, cfg)
+    if args.tp:
+        try:
+            local_config(cfg, args.tp)
+        except ValueError as e:
+            raise SystemExit(f"--tp {args.tp}: {e}") from None
     if not gpu_available():
         from .cli import NO_GPU, cmd_compile
         print(NO_GPU)
         cmd_compile(argparse.Namespace(arch=None, no_cache=False))
         print()
-        print_plan(cfg, args.batch, len(prompts[0]), args.tokens)
+        print_plan(cfg, args.batch, len(prompts[0]), args.tokens, args.tp)
         return 0
+    if args.tp:
+        return run_tp(args, cfg, prompts)
     _, weights = load(args.model, args.seed)
     B = args.batch
     size = pick_size(B, DEFAULT_CAPTURE_SIZES) or B  # the runner pads B up to its next capture size
@@ -124,6 +148,34 @@ def run(args: argparse.Namespace) -> int:
         from .demo_update import run_update_demo
         ok &= run_update_demo(cfg, weights, prompts, min(args.tokens, 16), args.seed)
     return 0 if ok else 1
+
+
+def run_tp(args: argparse.Namespace, cfg: ModelConfig, prompts: list[list[int]]) -> int:
+    """``demo --tp N``: every rank decodes in each mode; tokens must agree across modes and ranks, and with
+    the plain single-GPU model (run here afterwards, eagerly)."""
+    from .comm import run_ranks
+    if args.no_pdl or args.update or args.loop:
+        raise SystemExit("--tp runs the decode demo only (no --no-pdl, --update or --loop)")
+    folder = args.model if Path(args.model).is_dir() else None
+    job = DecodeJob(cfg, tuple(tuple(p) for p in prompts), args.tokens, args.seed, folder, keep_logits=False,
+                    time_steps=True)
+    print(f"model {args.model}: D={cfg.dim} L={cfg.n_layers} H={cfg.n_heads} KVH={cfg.n_kv_heads} F={cfg.ffn_dim} "
+          f"V={cfg.vocab}; batch {args.batch}; tensor parallel over {args.tp} GPU(s), one process each")
+    ranks = run_ranks(decode_rank, args.tp, job)
+    lead = ranks[0]["modes"]["eager"]["tokens"]
+    same_modes = all(r["modes"][m]["tokens"] == lead for r in ranks for m in r["modes"])
+    _, weights = load(args.model, args.seed)
+    plain = DecodeModel(cfg, weights, max_batch=len(prompts), kv_tokens=len(prompts[0]) + args.tokens + 1)
+    single = generate(plain, prompts, args.tokens, Stream.create()).tokens
+    for b, toks in enumerate(lead[:4]):
+        print(f"row {b}: prompt {prompts[b]} -> {toks}")
+    print(f"tokens identical across ranks and eager/capture/explicit/runner: {same_modes}; identical to the "
+          f"single-GPU model: {single == lead}")
+    rows = [{"rank": r, "eager ms/step": ranks[r]["ms"]["eager"], "graph ms/step": ranks[r]["ms"]["graph"],
+             "graph speedup": ranks[r]["ms"]["eager"] / ranks[r]["ms"]["graph"]} for r in range(args.tp)]
+    print(format_table(rows, ["rank", "eager ms/step", "graph ms/step", "graph speedup"],
+                       title=f"TP={args.tp} decode step at context {len(prompts[0]) + args.tokens}"))
+    return 0 if same_modes and single == lead else 1
 
 
 def _loop_demo(model: DecodeModel, prompts, n: int, stream: Stream, want_tokens, replay) -> bool:

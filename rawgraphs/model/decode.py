@@ -4,6 +4,12 @@ Every buffer is allocated once for ``max_batch`` rows; a step for batch ``B`` us
 ids, positions and block tables are *data* in fixed buffers (seed, constraint 4), so the same list of launches
 runs eagerly, is captured by stream capture, or is built as explicit graph nodes, and one graph per batch size
 serves every context length. A row whose position is negative is inactive (padding): attention skips it.
+
+Tensor parallelism (``comm``, :mod:`rawgraphs.model.tensor_parallel`): the model is one rank's shard, and each
+row-parallel projection (o, down) writes its fp32 partial sum instead of the fused residual add; an
+:class:`AllReduce` entry of the step sums the partials over the ranks (NCCL), then a ``splitk_reduce`` of one
+split adds the sum to the residual stream exactly as the fused kernel rounds, ``bf16(float(x) + sum)``. With
+one rank the sum is the partial itself, so the step is bit-identical to the plain model.
 """
 
 from __future__ import annotations
@@ -21,10 +27,10 @@ from ..kernel import Kernel, KernelArgs, LaunchShape, Module, Signature, parse_s
 from ..memory import DeviceBuffer, DeviceView, HostBuffer
 from .attn_plan import BLOCK_SIZE, attention_plan_for, workspace_elements
 from .config import ModelConfig
-from .plans import gemv_plan, max_workspace_bytes
+from .plans import OUT_MODES, gemv_plan, max_workspace_bytes
 from .weights import Weights
 
-__all__ = ["Launch", "DecodeModel"]
+__all__ = ["Launch", "AllReduce", "DecodeModel"]
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 _KERNEL_FILES = ("embedding", "gemv", "rope_append", "attention", "sample")  # rmsnorm, silu_mul: fused in gemv
@@ -38,6 +44,48 @@ class Launch:
     kernel: Kernel
     shape: LaunchShape
     args: KernelArgs
+
+    def enqueue(self, stream: Stream) -> None:
+        """Launch it on ``stream`` (recorded as a kernel node when the stream is capturing)."""
+        self.kernel.launch(self.shape, self.args, stream)
+
+
+@dataclass(frozen=True)
+class AllReduce:
+    """One collective of the step: the in-place sum of ``buf``'s first ``count`` elements over ``comm``'s ranks.
+
+    Enqueued on a capturing stream, NCCL's work is recorded into the graph like the kernels around it.
+    """
+
+    name: str
+    comm: object  # rawgraphs.comm.Communicator (or a PlanCommunicator in a printed plan)
+    buf: object  # fp32 [B, D] partial sums
+    count: int
+
+    def enqueue(self, stream: Stream) -> None:
+        """Enqueue the all-reduce on ``stream``."""
+        self.comm.all_reduce(self.buf, stream, self.count)
+
+    def captured(self, stream: Stream) -> Graph:
+        """The all-reduce alone, recorded by stream capture on ``stream`` (a child graph for explicit graphs)."""
+        with Graph.capture(stream) as g:
+            self.enqueue(stream)
+        return g
+
+
+Step = list[Launch | AllReduce]
+_ADD_THREADS = 256  # splitk_reduce takes any block size
+
+
+@dataclass(frozen=True)
+class PlanCommunicator:
+    """A communicator's rank and size without NCCL: enough for a printed plan (``plan_only``)."""
+
+    rank: int
+    size: int
+
+    def all_reduce(self, buf, stream, count=None) -> None:
+        raise RuntimeError("a PlanCommunicator only describes a plan; make a rawgraphs.comm.Communicator to run")
 
 
 def _plan_view(shape, dtype=np.uint8) -> DeviceView:
@@ -92,12 +140,14 @@ class DecodeModel:
         enough to print the step's launch plan on a machine without a GPU.
     pdl : launch every kernel with programmatic dependent launch (overlaps each kernel's start with the
         previous one's tail; kernels/pdl.cuh). Results are identical either way.
+    comm : a :class:`rawgraphs.comm.Communicator` when ``cfg``/``weights`` are one rank's tensor-parallel shard
+        (``tensor_parallel.local_config`` / ``rank_weights``): the row-parallel projections all-reduce.
     """
 
     def __init__(self, cfg: ModelConfig, weights: Weights | None, max_batch: int = 1,
                  num_blocks: int | None = None, kv_tokens: int | None = None, plan_only: bool = False,
-                 pdl: bool = True):
-        self.cfg, self.max_batch, self.pdl = cfg, max_batch, pdl
+                 pdl: bool = True, comm=None):
+        self.cfg, self.max_batch, self.pdl, self.comm = cfg, max_batch, pdl, comm
         self.max_blocks = math.ceil(cfg.max_seq_len / BLOCK_SIZE)  # block-table row length
         kv_tokens = kv_tokens or min(cfg.max_seq_len, 1024)
         self.num_blocks = num_blocks or max_batch * math.ceil(kv_tokens / BLOCK_SIZE)
@@ -111,7 +161,17 @@ class DecodeModel:
         if not plan_only:
             self._load_weights(weights)
         self._alloc_activations(new)
-        self._steps: dict[int, list[Launch]] = {}
+        self._steps: dict[int, Step] = {}
+        if comm is not None and not plan_only:
+            self._connect()
+
+    def _connect(self) -> None:
+        """One eager all-reduce: NCCL connects the ranks at their first collective, which is then outside
+        any capture (every rank makes its model the same way, so every rank takes part)."""
+        with Stream.create() as s:
+            self.partial.zero(s)
+            self.comm.all_reduce(self.partial, s)
+            s.synchronize()
 
     def _load_weights(self, w: Weights) -> None:
         if (w.lm_head is w.embed) != (self.lm_head is self.embed):
@@ -144,6 +204,8 @@ class DecodeModel:
         self.attn = new((B, H * hd), BF16)                    # [B, H hd]
         self.gu = new((B, 2 * F), BF16)                       # [B, 2F] gate | up
         self.logits = new((B, V), np.float32)                 # [B, V]
+        if self.comm is not None:
+            self.partial = new((B, D), np.float32)            # [B, D] row-parallel partial sums (all-reduced)
         self.next_tokens = new(B, np.int32)                   # [B] greedy output
         shapes = [(qkv_dim, D), (D, H * hd), (2 * F, D), (D, F), (V, D)]
         sizes = range(1, B + 1)
@@ -163,15 +225,16 @@ class DecodeModel:
         self.h_next = HostBuffer(B, np.int32)
 
     # ---- the step -----------------------------------------------------------------------------------------
-    def step_launches(self, B: int) -> list[Launch]:
-        """The decode step for ``B`` rows as an ordered list of launches (cached per ``B``)."""
+    def step_launches(self, B: int) -> Step:
+        """The decode step for ``B`` rows as an ordered list of launches and, with a communicator, all-reduces
+        (cached per ``B``)."""
         if not 1 <= B <= self.max_batch:
             raise ValueError(f"batch {B} is outside 1..{self.max_batch} (max_batch of this model)")
         if B not in self._steps:
             self._steps[B] = self._build_step(B)
         return self._steps[B]
 
-    def _build_step(self, B: int) -> list[Launch]:
+    def _build_step(self, B: int) -> Step:
         c, k, out = self.cfg, self.kernels, []
 
         def launch(name, kernel, shape: LaunchShape, **args):
@@ -183,6 +246,18 @@ class DecodeModel:
             for i, ln in enumerate(plan.launches(y, x, w, self.workspace, B, N, K, norm, c.rms_norm_eps)):
                 launch(name + (".reduce" if i else ""), ln.kernel, LaunchShape(ln.grid, ln.block, ln.shared),
                        **ln.args)
+
+        def row_parallel(name, x, w, K, x_op="plain"):  # self.x[B, D] += op(x) @ w[D, K]^T, summed over ranks
+            if self.comm is None:
+                linear(name, self.x, x, w, D, K, "residual", x_op)
+                return
+            linear(name, self.partial, x, w, D, K, "f32", x_op)                       # this rank's fp32 part
+            out.append(AllReduce(name + ".all_reduce", self.comm, self.partial, B * D))  # sum over ranks
+            # x = bf16(float(x) + sum): the fused residual store. Plain stream order after the collective
+            # (no PDL): whatever NCCL enqueued (kernels, joins, or nothing for one rank) is finished first.
+            add = LaunchShape(math.ceil(B * D / _ADD_THREADS), _ADD_THREADS)
+            out.append(Launch(name + ".add", k["splitk_reduce"], add, k["splitk_reduce"].args(
+                y=self.x, partial=self.partial, B=B, N=D, splits=1, mode=OUT_MODES["residual"])))
 
         # RMSNorm is fused into the projection after it and silu_mul into the down projection (x_op): h and
         # m never reach memory; attention merges its splits itself (counters).
@@ -202,10 +277,10 @@ class DecodeModel:
                    v_cache=L.v_cache, block_tables=self.block_tables, positions=self.positions,
                    max_blocks=self.max_blocks, n_heads=H, n_kv_heads=KVH, partition=ap.partition,
                    max_splits=ap.max_splits, scale=ap.scale)
-            linear(p + "o_proj", self.x, self.attn, L.w_o, D, H * hd, "residual")       # x += attn @ Wo^T
+            row_parallel(p + "o_proj", self.attn, L.w_o, H * hd)                         # x += attn @ Wo^T
             linear(p + "gate_up", self.gu, self.x, L.w_gate_up, 2 * F, D,              # rmsnorm(x) @ Wgu^T
                    x_op="rmsnorm", norm=L.mlp_norm)
-            linear(p + "down", self.x, self.gu, L.w_down, D, F, "residual", "silu_mul")  # x += silu_mul(gu) @ Wd^T
+            row_parallel(p + "down", self.gu, L.w_down, F, "silu_mul")                   # x += silu_mul(gu) @ Wd^T
         linear("lm_head", self.logits, self.x, self.lm_head, c.vocab, D, "f32", "rmsnorm", self.final_norm)
         launch("argmax", "argmax", LaunchShape(B, 1024), tokens=self.next_tokens, logits=self.logits, V=c.vocab)
         return out
@@ -213,21 +288,35 @@ class DecodeModel:
     def run_eager(self, B: int, stream: Stream) -> None:
         """Launch the step for ``B`` rows one kernel at a time."""
         for ln in self.step_launches(B):
-            ln.kernel.launch(ln.shape, ln.args, stream)
+            ln.enqueue(stream)
 
     def capture(self, B: int, stream: Stream) -> Graph:
         """The step for ``B`` rows recorded by stream capture."""
         launches = self.step_launches(B)
         with Graph.capture(stream) as g:
             for ln in launches:
-                ln.kernel.launch(ln.shape, ln.args, stream)
+                ln.enqueue(stream)
         return g
 
     def build_graph(self, B: int) -> Graph:
-        """The step for ``B`` rows built as explicit kernel nodes, a chain named like the launches."""
+        """The step for ``B`` rows built as explicit nodes, a chain named like the launches.
+
+        An all-reduce has no explicit node type: it is captured alone (on a side stream) into a child graph,
+        embedded as a child node. NCCL enqueues nothing for an in-place sum over one rank; an empty node then
+        keeps the chain and the name.
+        """
         g, prev = Graph(), None
-        for ln in self.step_launches(B):
-            prev = g.add_kernel(ln.kernel, ln.shape, ln.args, deps=prev, name=ln.name)
+        with Stream.create() as side:
+            for ln in self.step_launches(B):
+                if isinstance(ln, AllReduce):
+                    child = ln.captured(side)  # pinned by its node: it holds NCCL's references for the graph
+                    if child.node_count():
+                        prev = g.add_child(child, deps=prev, name=ln.name)
+                    else:
+                        child.close()
+                        prev = g.add_empty(deps=prev, name=ln.name)
+                else:
+                    prev = g.add_kernel(ln.kernel, ln.shape, ln.args, deps=prev, name=ln.name)
         return g
 
     # ---- inputs and outputs -------------------------------------------------------------------------------
