@@ -120,9 +120,9 @@ class Communicator:
             raise ValueError(f"rank {rank} is outside 0..{size - 1} of a {size}-rank communicator")
         if len(uid) != 128:
             raise ValueError(f"an NCCL unique id has 128 bytes, got {len(uid)}")
+        nccl = _nccl()
         from .context import device
         device()  # the primary context current on this thread: NCCL's runtime calls use it
-        nccl = _nccl()
         return cls(_call("ncclCommInitRank", nccl.NcclCommunicator, size, uid, rank), rank, size)
 
     @classmethod
