@@ -418,6 +418,122 @@ extern "C" __global__ void __launch_bounds__(256) gemv_mma(void* y, const bf16* 
     else gemv_mma_all<4>(y, x, w, norm, B, N, K, k0, k1, mode, eps, x_op);
 }
 
+// ---- gemv_persist: one-wave weight streaming with a per-warp cp.async ring --------------------------------
+// A warp owns whole weight rows n = first, first + stride, ... (stride = all warps of the grid) and streams each
+// row's K range in 256-element chunks (lane l: elements [8l, 8l + 8) of a chunk, 16 bytes) through a private
+// shared-memory ring of PIPE_STAGES slots with cp.async, PIPE_STAGES - 1 chunks in flight per warp. The first
+// ring's worth is issued before the PDL wait (weights never depend on the previous kernel). x (after x_op)
+// is staged once per block in shared memory. No block barrier inside the stream: warps run independently and
+// each row ends in a fixed-order warp reduction (deterministic).
+#define PIPE_STAGES 8
+#define PIPE_CHUNK 256
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+// Wait until at most `n` of this thread's committed cp.async groups are pending.
+template <int n>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(n) : "memory"); }
+
+// The issue side of one warp's ring: chunk after chunk of its rows, one commit group per chunk (empty past the
+// end, so the wait count stays fixed).
+struct RowStream {
+    const bf16* w;
+    bf16* ring;  // [PIPE_STAGES][PIPE_CHUNK] this warp's slots
+    int K, k1, stride, chunks;
+    int left, c, slot;  // chunks still to issue, the next one's index in its row, its ring slot
+    const bf16* row;    // the next chunk's weight row
+
+    __device__ __forceinline__ void issue(int k0) {
+        if (left > 0) {
+            const int k = k0 + c * PIPE_CHUNK + (threadIdx.x & 31) * 8;
+            if (k < k1) cp_async16(ring + slot * PIPE_CHUNK + (threadIdx.x & 31) * 8, row + k);
+            --left;
+            if (++c == chunks) {  // row done: this warp's next row
+                c = 0;
+                row += (size_t)stride * K;
+            }
+        }
+        slot = (slot + 1) % PIPE_STAGES;
+        cp_async_commit();
+    }
+};
+
+template <int XOP>
+__device__ __forceinline__ void stage_x(bf16* xs, const bf16* __restrict__ x, const bf16* __restrict__ norm,
+                                        int b, int K, int k0, int k1, float eps, float* scratch) {
+    const float inv = XOP == X_RMSNORM
+        ? rsqrtf(block_sum(row_sumsq(x, b, K, threadIdx.x, blockDim.x), scratch) / (float)K + eps) : 1.0f;
+    for (int k = k0 + threadIdx.x * 8; k < k1; k += blockDim.x * 8)
+        *reinterpret_cast<uint4*>(xs + (k - k0)) = load_x8(x, norm, XOP, inv, b, K, k);
+}
+
+template <int XOP>
+__device__ __forceinline__ void gemv_persist_body(void* y, const bf16* __restrict__ x, const bf16* __restrict__ w,
+                                                  const bf16* __restrict__ norm, int B, int N, int K, int k0,
+                                                  int k1, int mode, float eps) {
+    extern __shared__ __align__(16) unsigned char pipe_raw[];
+    __shared__ float scratch[32];
+    bf16* pipe_smem = reinterpret_cast<bf16*>(pipe_raw);  // [warps][PIPE_STAGES][PIPE_CHUNK] rings, then xs
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    const int first = blockIdx.x * nwarps + warp, stride = gridDim.x * nwarps;
+    const int chunks = (k1 - k0 + PIPE_CHUNK - 1) / PIPE_CHUNK;
+    const int rows = first < N ? (N - 1 - first) / stride + 1 : 0;
+    bf16* xs = pipe_smem + nwarps * PIPE_STAGES * PIPE_CHUNK;  // [k1 - k0] the block's input row
+    RowStream st{w, pipe_smem + warp * PIPE_STAGES * PIPE_CHUNK, K, k1, stride, chunks, 0, 0, 0, nullptr};
+    for (int b = 0; b < B; ++b) {
+        st.left = rows * chunks;
+        st.c = st.slot = 0;
+        st.row = w + (size_t)first * K;
+#pragma unroll
+        for (int i = 0; i < PIPE_STAGES - 1; ++i) st.issue(k0);
+        if (b == 0) pdl_begin();  // the first ring is in flight before the wait; x is read after it
+        __syncthreads();          // xs is free (every warp finished the previous pass)
+        stage_x<XOP>(xs, x, norm, b, K, k0, k1, eps, scratch);
+        __syncthreads();
+        float acc = 0.0f;
+        int n = first, c = 0, slot = 0;
+        for (int i = 0; i < rows * chunks; ++i) {
+            cp_async_wait<PIPE_STAGES - 2>();  // chunk i has landed (this lane's 16 bytes)
+            st.issue(k0);                      // refills the slot chunk i - 1 used
+            const int kk = c * PIPE_CHUNK + lane * 8;
+            if (k0 + kk < k1) {
+                float wf[8], xf[8];
+                bf16x8_to_float(*reinterpret_cast<const uint4*>(st.ring + slot * PIPE_CHUNK + lane * 8), wf);
+                bf16x8_to_float(*reinterpret_cast<const uint4*>(xs + kk), xf);
+#pragma unroll
+                for (int j = 0; j < 8; ++j) acc = fmaf(wf[j], xf[j], acc);
+            }
+            slot = (slot + 1) % PIPE_STAGES;
+            if (++c == chunks) {
+                const float s = warp_sum(acc);
+                if (lane == 0) store_out(y, mode, blockIdx.y, B, N, b, n, s);
+                acc = 0.0f;
+                c = 0;
+                n += stride;
+            }
+        }
+        cp_async_wait<0>();  // only empty groups remain; the next pass starts from a quiet ring
+    }
+}
+
+// grid = (warp groups, splits), block = (32 * warps,) (<= 256), dynamic shared = warps * PIPE_STAGES * 512 +
+// 2 * k_chunk bytes (rounded up to 16).
+extern "C" __global__ void __launch_bounds__(256) gemv_persist(void* y, const bf16* __restrict__ x,
+                                                               const bf16* __restrict__ w,
+                                                               const bf16* __restrict__ norm, int B, int N,
+                                                               int K, int k_chunk, int mode, float eps,
+                                                               int x_op) {
+    const int k0 = blockIdx.y * k_chunk, k1 = min(K, k0 + k_chunk);
+    if (x_op == X_RMSNORM) gemv_persist_body<X_RMSNORM>(y, x, w, norm, B, N, K, k0, k1, mode, eps);
+    else if (x_op == X_SILU) gemv_persist_body<X_SILU>(y, x, w, norm, B, N, K, k0, k1, mode, eps);
+    else gemv_persist_body<X_PLAIN>(y, x, w, norm, B, N, K, k0, k1, mode, eps);
+}
+
 extern "C" __global__ void splitk_reduce(void* y, const float* __restrict__ partial, int B, int N, int splits,
                                          int mode) {
     pdl_begin();

@@ -10,6 +10,7 @@ GEMV results must be bit-identical across two runs (split-K reduces in a fixed o
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import ml_dtypes
 import numpy as np
@@ -25,7 +26,8 @@ FILES = ["embedding", "rmsnorm", "gemv", "silu_mul", "sample"]
 GEMV_SHAPES = [(6144, 2048), (2048, 2048), (11264, 2048), (2048, 5632), (32000, 2048), (2304, 768),
                (768, 768), (768, 2048), (64, 64), (99, 40)]
 BATCHES = [1, 3, 8, 16, 37, 64, 256]
-VARIANTS = [("gemv", None), ("gemv_mma", 1), ("gemv_mma", 3), ("gemm_tc", None)]
+VARIANTS = [("gemv", None), ("gemv_persist", None), ("gemv_persist", 3), ("gemv_mma", 1), ("gemv_mma", 3),
+            ("gemm_tc", None)]
 
 
 # ---------------------------------------------------------------- CPU: compile, signatures, plans, hash
@@ -50,6 +52,8 @@ def test_signatures():
         "add_rmsnorm": "out: ptr, residual: ptr, x: ptr, w: ptr, eps: f32, D: i32",
         "gemv": "y: ptr, x: ptr, w: ptr, norm: ptr, B: i32, N: i32, K: i32, k_chunk: i32, mode: i32, "
                    "eps: f32, x_op: i32",
+        "gemv_persist": "y: ptr, x: ptr, w: ptr, norm: ptr, B: i32, N: i32, K: i32, k_chunk: i32, mode: i32, "
+                        "eps: f32, x_op: i32",
         "gemv_mma": "y: ptr, x: ptr, w: ptr, norm: ptr, B: i32, N: i32, K: i32, k_chunk: i32, mode: i32, "
                    "eps: f32, x_op: i32",
         "gemm_tc": "y: ptr, x: ptr, w: ptr, norm: ptr, B: i32, N: i32, K: i32, k_chunk: i32, mode: i32, "
@@ -68,17 +72,25 @@ def test_signatures():
 @pytest.mark.parametrize("N,K", GEMV_SHAPES)
 def test_gemv_plan(B, N, K):
     plan = gemv_plan(B, N, K, "residual")
-    assert plan.kernel == ("gemv" if B == 1 else "gemv_mma" if B <= 16 else "gemm_tc")
-    rows_per_block = 4 if B == 1 else 16 if B <= 16 else 64
-    assert plan.grid[0 if B <= 16 else 1] * rows_per_block >= N
-    if B > 16:
-        assert plan.grid[0] * 64 >= B
+    assert plan.kernel == ("gemv_persist" if B == 1 else "gemv_mma" if B <= 16 else "gemm_tc")
     # The splits cover K exactly once, none empty.
     assert plan.k_chunk % 64 == 0 and plan.splits * plan.k_chunk >= K > (plan.splits - 1) * plan.k_chunk
     assert plan.grid[1 if B <= 16 else 2] == plan.splits
-    blocks = math.prod(plan.grid) // plan.splits
-    limit = {"gemv": SMS, "gemv_mma": SMS // 2, "gemm_tc": 2 * SMS}[plan.kernel]
-    assert plan.splits == 1 or blocks < limit
+    if plan.kernel == "gemv_persist":  # one wave of warps, each owning whole rows; the x row fits shared memory
+        warps_per_block = plan.block[0] // 32
+        warps = plan.grid[0] * warps_per_block
+        rows_per_warp = math.ceil(N / warps)
+        assert warps_per_block in (4, 8) and warps <= SMS * 16 and math.ceil(N / rows_per_warp) > warps - \
+            warps_per_block
+        assert plan.splits == 1 and plan.shared == warps_per_block * 8 * 512 + 2 * plan.k_chunk <= 48 * 1024
+    else:
+        rows_per_block = 16 if B <= 16 else 64
+        assert plan.grid[0 if B <= 16 else 1] * rows_per_block >= N and plan.shared == 0
+        if B > 16:
+            assert plan.grid[0] * 64 >= B
+        blocks = math.prod(plan.grid) // plan.splits
+        limit = {"gemv_mma": SMS // 2, "gemm_tc": 2 * SMS}[plan.kernel]
+        assert plan.splits == 1 or blocks < limit
     launches = plan.launches("y", "x", "w", "ws", B, N, K)
     assert launches[0].args["norm"] == 0 and launches[0].args["x_op"] == X_OPS["plain"]
     if plan.splits == 1:
@@ -103,10 +115,10 @@ def test_gemv_plan_x_op(x_op):
 
 
 @pytest.mark.parametrize("kernel,rows,threads",
-                         [("gemv", 4, 128), ("gemv_mma", 16, 256), ("gemm_tc", 64, 128)])
+                         [("gemv", 4, 128), ("gemv_persist", 8, 256), ("gemv_mma", 16, 256), ("gemm_tc", 64, 128)])
 def test_gemv_plan_override(kernel, rows, threads):
     plan = gemv_plan(5, 2048, 5632, "f32", kernel=kernel, splits=3)
-    grid = (1, 2048 // rows, 3) if kernel == "gemm_tc" else (2048 // rows, 3, 1)
+    grid = (1, 2048 // rows, 3) if kernel == "gemm_tc" else (2048 // rows, 3, 1)  # gemv_persist: a row per warp
     assert (plan.kernel, plan.grid, plan.block) == (kernel, grid, (threads, 1, 1))
     assert plan.k_chunk == 1920 and plan.mode == PARTIAL and plan.out_mode == OUT_MODES["f32"]
     with pytest.raises(ValueError, match="unknown gemv kernel"):
@@ -325,6 +337,34 @@ def test_gemv_fused_input(mods, stream, rng, N, K, x_op):
             # last bit (~2^-8 relative on a few elements) plus fp32 accumulation.
             np.testing.assert_allclose(runs[0].astype(np.float64), want, rtol=1e-2, atol=1e-2,
                                        err_msg=f"B={B} N={N} K={K} {x_op} {plan}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("x_op", ["plain", "rmsnorm", "silu_mul"])
+@pytest.mark.parametrize("N,K", [(2048, 5632), (2304, 768), (99, 40)])
+def test_gemv_persist_any_grid(mods, stream, rng, N, K, x_op):
+    """gemv_persist's warps stride over the rows, so any grid is correct, and a row is summed in the same order
+    whichever warp owns it: one block (every ring wrapping across rows), 3 blocks and twice the planned grid
+    give the planned grid's bytes."""
+    eps = 1e-5
+    w = bf16(rng.standard_normal((N, K)) / math.sqrt(K))  # [N, K]
+    g = bf16(rng.uniform(0.5, 1.5, K))  # [K] norm weight
+    B = 2
+    x = bf16(rng.standard_normal((B, 2 * K if x_op == "silu_mul" else K)) * 3.0)  # [B, K] or [B, 2K]
+    h = {"plain": x, "rmsnorm": ref.to_bf16(ref.rmsnorm(x, g, eps)), "silu_mul": ref.to_bf16(ref.silu_mul(x))}
+    want = ref.linear(h[x_op], w)  # [B, N]
+    wd, xd, gd = upload(w), upload(x), upload(g)
+    plan = gemv_plan(B, N, K, "f32", "gemv_persist", x_op=x_op)
+    runs = []
+    for blocks in (plan.grid[0], 1, 3, 2 * plan.grid[0]):
+        y = poisoned((B, N), np.float32, stream)
+        for step in replace(plan, grid=(blocks, 1, 1)).launches(y, xd, wd, None, B, N, K, gd, eps):
+            launch(mods["gemv"], step.kernel, step.grid, step.block, stream, step.shared, **step.args)
+        stream.synchronize()
+        runs.append(y.to_numpy())
+        assert runs[-1].tobytes() == runs[0].tobytes(), f"{blocks} blocks differ from {plan.grid[0]}"
+    tol = dict(rtol=1e-5, atol=1e-4) if x_op == "plain" else dict(rtol=1e-2, atol=1e-2)
+    np.testing.assert_allclose(runs[0].astype(np.float64), want, **tol)
 
 
 # ---------------------------------------------------------------- GPU: argmax, sample

@@ -46,6 +46,9 @@ GEMV_ROWS = 4  # weight rows per gemv block (GEMV_ROWS in gemv.cu)
 TC_TILE = 64  # gemm_tc output tile edge (TC_M == TC_N in gemv.cu)
 MMA_ROWS = 16  # weight rows per gemv_mma block
 REDUCE_THREADS = 256
+PERSIST_WARPS_PER_SM = 16  # gemv_persist: resident warps aimed at per SM (7 x 512 bytes in flight each)
+PERSIST_RING = 8 * 512  # gemv_persist: bytes of one warp's cp.async ring (PIPE_STAGES x 256 bf16)
+PERSIST_MAX_X = 8192  # gemv_persist: K elements of x staged in shared memory per split (16 KiB)
 
 
 class Launch(NamedTuple):
@@ -120,13 +123,24 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         raise ValueError(f"out must be one of {sorted(OUT_MODES)}, got {out!r}")
     if x_op not in X_OPS:
         raise ValueError(f"x_op must be one of {sorted(X_OPS)}, got {x_op!r}")
-    kernel = kernel or ("gemv" if B == 1 else "gemv_mma" if B <= 16 else "gemm_tc")
+    kernel = kernel or ("gemv_persist" if B == 1 else "gemv_mma" if B <= 16 else "gemm_tc")
+    shared = 0
     if kernel == "gemv":
         # 132-263 blocks (small's o / down at B = 1) run unsplit: the reduce launch (~2-3 us in a graph) costs
         # more than the SMs left with one block instead of two.
         block, tiles = (128, 1, 1), math.ceil(N / GEMV_ROWS)
         splits, k_chunk = _splits(tiles, K, SMS, 512, splits)
         grid = (tiles, splits, 1)
+    elif kernel == "gemv_persist":
+        # One wave: each warp owns ceil(N / warps) whole rows, so every warp streams the same bytes; blocks of
+        # 8 warps, or 4 where that spreads a small N over more SMs.
+        rows_per_warp = math.ceil(N / (SMS * PERSIST_WARPS_PER_SM))
+        warps = math.ceil(N / rows_per_warp)
+        per_block = 8 if warps >= 8 * SMS else 4
+        block = (32 * per_block, 1, 1)
+        splits, k_chunk = _splits(1, K, 1, 8, splits if splits is not None else math.ceil(K / PERSIST_MAX_X))
+        grid = (math.ceil(warps / per_block), splits, 1)
+        shared = per_block * PERSIST_RING + 2 * k_chunk
     elif kernel == "gemv_mma":
         # Measured: 128 blocks (N = 2048) unsplit beat 2 or 3 splits (the reduce launch costs more than the
         # idle SMs), so split only grids below half the SMs.
@@ -138,12 +152,12 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         splits, k_chunk = _splits(tm * tn, K, 2 * SMS, 256, splits)
         grid = (tm, tn, splits)
     else:
-        raise ValueError(f"unknown gemv kernel {kernel!r}; one of gemv, gemv_mma, gemm_tc")
+        raise ValueError(f"unknown gemv kernel {kernel!r}; one of gemv, gemv_persist, gemv_mma, gemm_tc")
     mode = OUT_MODES[out]
     if splits == 1:
-        return GemvPlan(kernel, grid, block, 0, 1, k_chunk, mode, mode, X_OPS[x_op], 0, None)
+        return GemvPlan(kernel, grid, block, shared, 1, k_chunk, mode, mode, X_OPS[x_op], 0, None)
     reduce_grid = (math.ceil(B * N / REDUCE_THREADS), 1, 1)
-    return GemvPlan(kernel, grid, block, 0, splits, k_chunk, PARTIAL, mode, X_OPS[x_op], 4 * splits * B * N,
+    return GemvPlan(kernel, grid, block, shared, splits, k_chunk, PARTIAL, mode, X_OPS[x_op], 4 * splits * B * N,
                     reduce_grid)
 
 
