@@ -6,7 +6,8 @@ timed launch is queued behind a ~50 us spin kernel so the GPU never waits for Py
 rotated over copies that together exceed the 60 MB L2 (cold reads, as in decode). Median of CUDA-event times
 (attention alone, attention + combine, and attention with the combine fused in, as the decode step runs it);
 GB/s of K+V bytes read and the ratio to the measured 4270 GB/s copy bandwidth. Then:
-B=48 with 11 inactive rows next to B=37 (inactive rows must cost next to nothing).
+B=48 with 11 inactive rows next to B=37 (inactive rows must cost next to nothing); B=1 at context 513 and 4096
+with 64, 128 and 256 tokens per split (the fixed cost of a short batch).
 
 Usage: PYTHONPATH=. python3 benchmarks/attention_bandwidth.py [--out results.json] [--reps 50]
 """
@@ -38,10 +39,10 @@ SPIN = """extern "C" __global__ void spin(long long cycles) {
 
 
 def time_case(mods, stream, kvh: int, batch: int, ctx: int, active: int, reps: int,
-              g: int | None = None) -> dict:
+              g: int | None = None, partition: int | None = None) -> dict:
     """Median time of attention (+ combine) for ``batch`` rows, the first ``active`` of them at context
-    ``ctx`` (``g`` forces the query heads per block)."""
-    plan = attention_plan(H, kvh, HD, batch, MAX_SEQ, heads_per_block=g)
+    ``ctx`` (``g`` forces the query heads per block, ``partition`` the tokens per split)."""
+    plan = attention_plan(H, kvh, HD, batch, MAX_SEQ, heads_per_block=g, partition=partition)
     max_blocks = MAX_SEQ // 16
     used = active * math.ceil(ctx / 16)  # blocks read per launch
     block_bytes = kvh * 16 * HD * 2  # one cache's block, bf16
@@ -125,6 +126,9 @@ def main() -> None:
         for batch in (8, 64):  # GQA with fewer heads per block (K/V read G/g times, the later reads from L2)
             for g in (2, 1):
                 rows.append(time_case(mods, stream, 4, batch, 4096, batch, a.reps, g))
+        for partition in (64, 128, 256):  # the decode benchmark's B = 1 case (context 512 + the new token)
+            for ctx in (513, 4096):
+                rows.append(time_case(mods, stream, 16, 1, ctx, 1, a.reps, partition=partition))
 
     print(f"{dev.name}  H={H} hd={HD} plan max_seq_len={MAX_SEQ}  registers: "
           + ", ".join(f"{n} {a['registers']} (spill {a['local_bytes']} B)" for n, a in attrs.items()))

@@ -1,7 +1,7 @@
 """How close do the decode projections (kernels/gemv.cu, launched by gemv_plan) come to HBM bandwidth?
 
 The 1b config's projections (qkv 6144x2048, o 2048x2048, gate_up 11264x2048, down 2048x5632, LM head
-32000x2048 with fp32 logits) at B = 1, 8, 64, 256, and the small config's at B = 1. Weights are rotated over
+32000x2048 with fp32 logits) at B = 1, 2, 4, 8, 64, 256, and the small config's at B = 1. Weights are rotated over
 copies that together exceed 3x the 60 MB L2, so every launch reads them from HBM, as in decode. Three timings per
 case, all CUDA events:
 - ``single``: one plan (main kernel + split-K reduce when planned) between two events, queued behind a ~50 us
@@ -40,11 +40,12 @@ SHAPES = [("qkv", 6144, 2048, "bf16"), ("o", 2048, 2048, "residual"), ("gate_up"
           ("down", 2048, 5632, "residual"), ("lm_head", 32000, 2048, "f32")]
 SMALL_SHAPES = [("s.qkv", 2304, 768, "bf16"), ("s.o", 768, 768, "residual"), ("s.gate_up", 4096, 768, "bf16"),
                 ("s.down", 768, 2048, "residual"), ("s.lm_head", 32000, 768, "f32")]  # the small config, B = 1
-BATCHES = [1, 8, 64, 256]
+BATCHES = [1, 2, 4, 8, 64, 256]
 # Alternatives timed next to the plan's default: (kernel, splits, grid scale); None splits = the plan's choice;
 # the grid scale multiplies grid[0] (gemv_persist is correct for any grid: its warps stride over the rows).
 ALTERNATIVES = {1: [("gemv", None, 1), ("gemv_persist", None, 2), ("gemv_mma", 1, 1)],
-                8: [("gemv", 1, 1)], 64: [("gemv_mma", 1, 1)], 256: [("gemv_mma", 1, 1)]}
+                2: [("gemv_persist", None, 1)], 4: [("gemv_persist", None, 1)],
+                8: [("gemv", 1, 1), ("gemv_persist", None, 1)], 64: [("gemv_mma", 1, 1)], 256: [("gemv_mma", 1, 1)]}
 STREAM_LAUNCHES = 16
 SPIN = """extern "C" __global__ void spin(long long cycles) {
     long long t0 = clock64();

@@ -98,6 +98,12 @@ __device__ __forceinline__ void attention_block(
 #pragma unroll
         for (int k = 0; k < 8; ++k) qr[g][k] *= scale * LOG2E;
     }
+    // This warp's pages are first, first + 4, ...: lane i fetches the block of the i-th one up front, so the
+    // table lookup is not a dependent load ahead of every page (partition <= 2048 keeps i < 32). It is read
+    // next to positions, not after it (entries past the context are fetched but never used).
+    const int first = split * partition / ATTN_PAGE + warp;
+    const int my_page = first + lane * ATTN_WARPS;
+    const int my_blk = my_page < max_blocks ? block_tables[(long long)b * max_blocks + my_page] : 0;
     const int pos = positions[b];
     const int ctx = attn_ctx(pos, max_blocks, partition, max_splits);
     const int t0 = split * partition;
@@ -122,11 +128,6 @@ __device__ __forceinline__ void attention_block(
         for (int k = 0; k < 8; ++k) acc[g][k] = 0.f;
     }
 
-    // This warp's pages are first, first + 4, ...: lane i fetches the block of the i-th one up front, so the
-    // table lookup is not a dependent load ahead of every page (partition <= 2048 keeps i < 32).
-    const int first = t0 / ATTN_PAGE + warp;
-    const int my_page = first + lane * ATTN_WARPS;
-    const int my_blk = my_page * ATTN_PAGE < t1 ? block_tables[(long long)b * max_blocks + my_page] : 0;
     for (int i = 0, page = first; page * ATTN_PAGE < t1; ++i, page += ATTN_WARPS) {
         const int blk = __shfl_sync(0xffffffffu, my_blk, i);
         const long long base = (((long long)blk * n_kv_heads + kh) * ATTN_PAGE) * HD;
@@ -256,13 +257,16 @@ __device__ __forceinline__ void attention_block(
         const long long bh = (long long)b * n_heads + h0 + g;
         const float* ml = part_ml + bh * max_splits * 2;
         const float* po = part_o + bh * max_splits * HD + d;
-        float mm = ATTN_NEG_INF;
-        for (int s = 0; s < n_used; ++s) mm = fmaxf(mm, __ldcg(ml + 2 * s));
-        float ll = 0.f, oo = 0.f;
-        for (int s = 0; s < n_used; ++s) {  // L2 loads (__ldcg): other blocks wrote them during this launch
-            const float wt = exp2f(__ldcg(ml + 2 * s) - mm);
-            ll = fmaf(__ldcg(ml + 2 * s + 1), wt, ll);
-            oo = fmaf(__ldcg(po + (long long)s * HD), wt, oo);
+        // One pass in split order with a running max (online softmax): the loads do not wait on each other,
+        // so 8 splits' worth are in flight at once. L2 loads (__ldcg): other blocks wrote them in this launch.
+        float mm = __ldcg(ml), ll = __ldcg(ml + 1), oo = __ldcg(po);
+#pragma unroll 8
+        for (int s = 1; s < n_used; ++s) {
+            const float ms = __ldcg(ml + 2 * s), ls = __ldcg(ml + 2 * s + 1), os = __ldcg(po + (long long)s * HD);
+            const float m_new = fmaxf(mm, ms), a = exp2f(mm - m_new), c = exp2f(ms - m_new);
+            ll = fmaf(ls, c, ll * a);
+            oo = fmaf(os, c, oo * a);
+            mm = m_new;
         }
         out[bh * HD + d] = __float2bfloat16(oo / ll);
     }

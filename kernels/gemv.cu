@@ -472,7 +472,9 @@ __device__ __forceinline__ void stage_x(bf16* xs, const bf16* __restrict__ x, co
         *reinterpret_cast<uint4*>(xs + (k - k0)) = load_x8(x, norm, XOP, inv, b, K, k);
 }
 
-template <int XOP>
+// One pass per NB batch rows: x rows [b0, b0 + nb) staged as xs[nb][k1 - k0], each weight chunk multiplied
+// with all of them (a weight is read once per pass).
+template <int XOP, int NB>
 __device__ __forceinline__ void gemv_persist_body(void* y, const bf16* __restrict__ x, const bf16* __restrict__ w,
                                                   const bf16* __restrict__ norm, int B, int N, int K, int k0,
                                                   int k1, int mode, float eps) {
@@ -481,38 +483,52 @@ __device__ __forceinline__ void gemv_persist_body(void* y, const bf16* __restric
     bf16* pipe_smem = reinterpret_cast<bf16*>(pipe_raw);  // [warps][PIPE_STAGES][PIPE_CHUNK] rings, then xs
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     const int first = blockIdx.x * nwarps + warp, stride = gridDim.x * nwarps;
-    const int chunks = (k1 - k0 + PIPE_CHUNK - 1) / PIPE_CHUNK;
+    const int kc = k1 - k0, chunks = (kc + PIPE_CHUNK - 1) / PIPE_CHUNK;
     const int rows = first < N ? (N - 1 - first) / stride + 1 : 0;
-    bf16* xs = pipe_smem + nwarps * PIPE_STAGES * PIPE_CHUNK;  // [k1 - k0] the block's input row
+    bf16* xs = pipe_smem + nwarps * PIPE_STAGES * PIPE_CHUNK;  // [NB][kc] the pass's input rows
     RowStream st{w, pipe_smem + warp * PIPE_STAGES * PIPE_CHUNK, K, k1, stride, chunks, 0, 0, 0, nullptr};
-    for (int b = 0; b < B; ++b) {
+    for (int b0 = 0; b0 < B; b0 += NB) {
+        const int nb = min(NB, B - b0);
         st.left = rows * chunks;
         st.c = st.slot = 0;
         st.row = w + (size_t)first * K;
 #pragma unroll
         for (int i = 0; i < PIPE_STAGES - 1; ++i) st.issue(k0);
-        if (b == 0) pdl_begin();  // the first ring is in flight before the wait; x is read after it
-        __syncthreads();          // xs is free (every warp finished the previous pass)
-        stage_x<XOP>(xs, x, norm, b, K, k0, k1, eps, scratch);
+        if (b0 == 0) pdl_begin();  // the first ring is in flight before the wait; x is read after it
+        __syncthreads();           // xs is free (every warp finished the previous pass)
+        for (int r = 0; r < nb; ++r) stage_x<XOP>(xs + r * kc, x, norm, b0 + r, K, k0, k1, eps, scratch);
         __syncthreads();
-        float acc = 0.0f;
+        float acc[NB];
+#pragma unroll
+        for (int r = 0; r < NB; ++r) acc[r] = 0.0f;
         int n = first, c = 0, slot = 0;
         for (int i = 0; i < rows * chunks; ++i) {
             cp_async_wait<PIPE_STAGES - 2>();  // chunk i has landed (this lane's 16 bytes)
             st.issue(k0);                      // refills the slot chunk i - 1 used
             const int kk = c * PIPE_CHUNK + lane * 8;
             if (k0 + kk < k1) {
-                float wf[8], xf[8];
+                float wf[8];
                 bf16x8_to_float(*reinterpret_cast<const uint4*>(st.ring + slot * PIPE_CHUNK + lane * 8), wf);
-                bf16x8_to_float(*reinterpret_cast<const uint4*>(xs + kk), xf);
 #pragma unroll
-                for (int j = 0; j < 8; ++j) acc = fmaf(wf[j], xf[j], acc);
+                for (int r = 0; r < NB; ++r) {
+                    if (r < nb) {
+                        float xf[8];
+                        bf16x8_to_float(*reinterpret_cast<const uint4*>(xs + r * kc + kk), xf);
+#pragma unroll
+                        for (int j = 0; j < 8; ++j) acc[r] = fmaf(wf[j], xf[j], acc[r]);
+                    }
+                }
             }
             slot = (slot + 1) % PIPE_STAGES;
             if (++c == chunks) {
-                const float s = warp_sum(acc);
-                if (lane == 0) store_out(y, mode, blockIdx.y, B, N, b, n, s);
-                acc = 0.0f;
+#pragma unroll
+                for (int r = 0; r < NB; ++r) {
+                    if (r < nb) {
+                        const float v = warp_sum(acc[r]);
+                        if (lane == 0) store_out(y, mode, blockIdx.y, B, N, b0 + r, n, v);
+                    }
+                    acc[r] = 0.0f;
+                }
                 c = 0;
                 n += stride;
             }
@@ -521,17 +537,26 @@ __device__ __forceinline__ void gemv_persist_body(void* y, const bf16* __restric
     }
 }
 
+template <int XOP>
+__device__ __forceinline__ void gemv_persist_rows(void* y, const bf16* x, const bf16* w, const bf16* norm, int B,
+                                                  int N, int K, int k0, int k1, int mode, float eps) {
+    // Batch rows per pass: 4 from B = 4, 2 for B = 2, 3 (plans.py sizes the shared memory by the same rule).
+    if (B >= 4) gemv_persist_body<XOP, 4>(y, x, w, norm, B, N, K, k0, k1, mode, eps);
+    else if (B >= 2) gemv_persist_body<XOP, 2>(y, x, w, norm, B, N, K, k0, k1, mode, eps);
+    else gemv_persist_body<XOP, 1>(y, x, w, norm, B, N, K, k0, k1, mode, eps);
+}
+
 // grid = (warp groups, splits), block = (32 * warps,) (<= 256), dynamic shared = warps * PIPE_STAGES * 512 +
-// 2 * k_chunk bytes (rounded up to 16).
+// 2 * k_chunk * min(B, 4) (B = 3: 2) bytes.
 extern "C" __global__ void __launch_bounds__(256) gemv_persist(void* y, const bf16* __restrict__ x,
                                                                const bf16* __restrict__ w,
                                                                const bf16* __restrict__ norm, int B, int N,
                                                                int K, int k_chunk, int mode, float eps,
                                                                int x_op) {
     const int k0 = blockIdx.y * k_chunk, k1 = min(K, k0 + k_chunk);
-    if (x_op == X_RMSNORM) gemv_persist_body<X_RMSNORM>(y, x, w, norm, B, N, K, k0, k1, mode, eps);
-    else if (x_op == X_SILU) gemv_persist_body<X_SILU>(y, x, w, norm, B, N, K, k0, k1, mode, eps);
-    else gemv_persist_body<X_PLAIN>(y, x, w, norm, B, N, K, k0, k1, mode, eps);
+    if (x_op == X_RMSNORM) gemv_persist_rows<X_RMSNORM>(y, x, w, norm, B, N, K, k0, k1, mode, eps);
+    else if (x_op == X_SILU) gemv_persist_rows<X_SILU>(y, x, w, norm, B, N, K, k0, k1, mode, eps);
+    else gemv_persist_rows<X_PLAIN>(y, x, w, norm, B, N, K, k0, k1, mode, eps);
 }
 
 extern "C" __global__ void splitk_reduce(void* y, const float* __restrict__ partial, int B, int N, int splits,

@@ -48,7 +48,8 @@ MMA_ROWS = 16  # weight rows per gemv_mma block
 REDUCE_THREADS = 256
 PERSIST_WARPS_PER_SM = 16  # gemv_persist: resident warps aimed at per SM (7 x 512 bytes in flight each)
 PERSIST_RING = 8 * 512  # gemv_persist: bytes of one warp's cp.async ring (PIPE_STAGES x 256 bf16)
-PERSIST_MAX_X = 8192  # gemv_persist: K elements of x staged in shared memory per split (16 KiB)
+PERSIST_SHARED = 47 * 1024  # gemv_persist: dynamic shared bytes at most (rings + x; under the 48 KiB that
+# needs no opt-in, with room for the static part)
 
 
 class Launch(NamedTuple):
@@ -133,14 +134,17 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         grid = (tiles, splits, 1)
     elif kernel == "gemv_persist":
         # One wave: each warp owns ceil(N / warps) whole rows, so every warp streams the same bytes; blocks of
-        # 8 warps, or 4 where that spreads a small N over more SMs.
+        # 8 warps, or 4 where that spreads a small N over more SMs. x is staged per pass of `rows` batch rows.
         rows_per_warp = math.ceil(N / (SMS * PERSIST_WARPS_PER_SM))
         warps = math.ceil(N / rows_per_warp)
         per_block = 8 if warps >= 8 * SMS else 4
+        rows = persist_batch_rows(B)
         block = (32 * per_block, 1, 1)
-        splits, k_chunk = _splits(1, K, 1, 8, splits if splits is not None else math.ceil(K / PERSIST_MAX_X))
+        x_limit = (PERSIST_SHARED - per_block * PERSIST_RING) // (2 * rows) // 64 * 64  # K elements per split
+        force = splits if splits is not None else math.ceil(K / x_limit)
+        splits, k_chunk = _splits(1, K, 1, 8, force)
         grid = (math.ceil(warps / per_block), splits, 1)
-        shared = per_block * PERSIST_RING + 2 * k_chunk
+        shared = per_block * PERSIST_RING + 2 * k_chunk * rows
     elif kernel == "gemv_mma":
         # Measured: 128 blocks (N = 2048) unsplit beat 2 or 3 splits (the reduce launch costs more than the
         # idle SMs), so split only grids below half the SMs.
@@ -159,6 +163,12 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
     reduce_grid = (math.ceil(B * N / REDUCE_THREADS), 1, 1)
     return GemvPlan(kernel, grid, block, shared, splits, k_chunk, PARTIAL, mode, X_OPS[x_op], 4 * splits * B * N,
                     reduce_grid)
+
+
+def persist_batch_rows(B: int) -> int:
+    """Batch rows per pass of ``gemv_persist`` (its x rows staged in shared memory): 4 from B = 4, else 2 from
+    B = 2, else 1 (the rule of ``gemv_persist_rows`` in gemv.cu)."""
+    return 4 if B >= 4 else 2 if B >= 2 else 1
 
 
 def max_workspace_bytes(batch_sizes: Iterable[int], shapes: Iterable[tuple[int, int]]) -> int:
