@@ -263,9 +263,9 @@ __device__ __forceinline__ void attention_block(
 #pragma unroll 8
         for (int s = 1; s < n_used; ++s) {
             const float ms = __ldcg(ml + 2 * s), ls = __ldcg(ml + 2 * s + 1), os = __ldcg(po + (long long)s * HD);
-            const float m_new = fmaxf(mm, ms), a = exp2f(mm - m_new), c = exp2f(ms - m_new);
-            ll = fmaf(ls, c, ll * a);
-            oo = fmaf(os, c, oo * a);
+            const float m_new = fmaxf(mm, ms), w_old = exp2f(mm - m_new), w_new = exp2f(ms - m_new);
+            ll = fmaf(ls, w_new, ll * w_old);
+            oo = fmaf(os, w_new, oo * w_old);
             mm = m_new;
         }
         out[bh * HD + d] = __float2bfloat16(oo / ll);
