@@ -122,11 +122,7 @@ class GraphExec:
         return self.handle
 
     def _rec(self, node: Node | str) -> _ExecKernel:
-        node = self.graph.node(node) if isinstance(node, str) else node
-        rec = self._kernels.get(node.key)
-        if rec is None or rec.node is not node:
-            raise ValueError(f"{node.name!r} is not a kernel node of this executable graph")
-        return rec
+        return self._recs_of((node,))[0]
 
     # ---- launch -------------------------------------------------------------------------------------------
     def upload(self, stream: Stream) -> None:
@@ -161,20 +157,32 @@ class GraphExec:
         """Give the same named values to many kernel nodes (all of one kernel signature): values are checked
         and packed once, then written into each node's block. Returns the number of nodes updated."""
         self._live()
-        recs = [self._rec(n) for n in nodes]
+        recs = self._recs_of(nodes)
         if not recs:
             return 0
         sig = recs[0].args.signature
-        if any(r.args.signature.params != sig.params for r in recs):
+        if any(r.args.signature is not sig and r.args.signature.params != sig.params for r in recs):
             raise TypeError("set_args_many needs nodes whose kernels share one signature")
         packed = recs[0].args.pack(**named)
         h = self.handle
-        for rec in recs:
+        for rec in recs:  # the hot loop: per node, one block write and one driver call
             rec.args.apply(packed)
             err, = _set_params(h, rec.node.handle, rec.params)
             if err:
                 raise error_from(err, f"cuGraphExecKernelNodeSetParams({rec.node.name})")
         return len(recs)
+
+    def _recs_of(self, nodes) -> list[_ExecKernel]:
+        """The records of ``nodes`` (nodes or names), checked to be this executable's kernel nodes."""
+        get, recs = self._kernels.get, []
+        for node in nodes:
+            if isinstance(node, str):
+                node = self.graph.node(node)
+            rec = get(node.key)
+            if rec is None or rec.node is not node:
+                raise ValueError(f"{node.name!r} is not a kernel node of this executable graph")
+            recs.append(rec)
+        return recs
 
     def set_args_where(self, kernel, /, **named) -> int:
         """Every node of ``kernel`` (a Kernel or name): ``exe.set_args_where("gemv", w=new_weights)``."""
