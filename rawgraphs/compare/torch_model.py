@@ -3,16 +3,25 @@ PyTorch user would (gpt-fast style), to measure rawgraphs against.
 
 Static buffers (token ids, positions, a contiguous KV cache ``[L, max_batch, KVH, max_len, hd]``) let one
 ``step`` be run eagerly, captured by ``torch.cuda.CUDAGraph`` or compiled by ``torch.compile(mode=
-"reduce-overhead")``. Rounding points follow ``rawgraphs.model.decode`` (``ReferenceModel`` lists them): bf16
-after each rmsnorm, projection, RoPE, attention and silu*up; the residual adds happen inside the GEMM epilogue
-(``torch.addmm`` with ``beta=1``: fp32 sum, one rounding) and the logits are fp32 (``torch.mm(out_dtype=fp32)``).
-RoPE cos/sin are computed in float64 and stored as fp32 tables, as the ``rope_append`` kernel does.
+"reduce-overhead")``. Rounding points follow the kernels (``ReferenceModel`` lists them): bf16 after each
+rmsnorm (fp32 ``x * inv_rms * w``, one rounding, as the projections' fused x loads), projection, RoPE,
+attention and silu*up; the residual adds happen inside the GEMM epilogue (``torch.addmm`` with ``beta=1``: fp32
+sum, one rounding) and the logits are fp32 (``torch.mm(out_dtype=fp32)``). RoPE cos/sin are computed in
+float64 and stored as fp32 tables, as the ``rope_append`` kernel does.
+
+Attention is written out in fp32 (scores, softmax, probabilities @ V; one bf16 rounding of the output), as the
+attention kernel computes it, not with ``F.scaled_dot_product_attention`` on bf16 tensors: its fused kernels
+(and the CPU one) round the softmax probabilities to bf16 before multiplying by V, which changed ~36% of the
+bf16 attention outputs of ``small`` by one ulp and made greedy tokens drift from rawgraphs' after a few steps.
+Building a ``TorchDecoder`` also sets torch's global matmul flags to exact fp32 accumulation
+(``exact_matmul_flags``): no bf16 split-K reductions in cuBLAS, no TF32.
 
 torch is imported inside functions only: this module imports on a machine without torch.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -22,7 +31,8 @@ import numpy as np
 from ..model.config import ModelConfig
 from ..model.weights import Weights
 
-__all__ = ["CaptureStats", "TorchDecoder", "bf16_bits", "key_mask", "match_length", "rope_tables", "time_torch"]
+__all__ = ["CaptureStats", "TorchDecoder", "bf16_bits", "exact_matmul_flags", "key_mask", "match_length",
+           "rope_tables", "time_torch"]
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 _LAYER_FIELDS = ("w_qkv", "w_o", "w_gate_up", "w_down", "attn_norm", "mlp_norm")
@@ -99,6 +109,22 @@ class CaptureStats:
     reserved: int  # torch.cuda.max_memory_reserved() after - memory_reserved() before (the graph's pool)
 
 
+def exact_matmul_flags() -> dict[str, bool]:
+    """Make torch's matmuls accumulate in full fp32, as the kernels do, and return the flags now in force.
+
+    Global, process-wide settings: cuBLAS may otherwise reduce split-K partial sums of bf16 GEMMs in bf16
+    (``allow_bf16_reduced_precision_reduction``, default True), and fp32 matmuls (the attention here) must not
+    round their inputs to TF32.
+    """
+    import torch
+
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return {"allow_bf16_reduced_precision_reduction": torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+            "allow_tf32": torch.backends.cuda.matmul.allow_tf32}
+
+
 def _rmsnorm(x, w, eps: float):
     """fp32 math, bf16 out: ``x / sqrt(mean(x^2) + eps) * w``; ``x [B, D]`` bf16."""
     import torch
@@ -114,6 +140,19 @@ def _rope(x, cos, sin):
 
     x1, x2 = x.float().chunk(2, dim=-1)  # [B, nh, hd/2] each
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(torch.bfloat16)
+
+
+def _attention(q, keys, values, mask, scale: float):
+    """Grouped-query attention in fp32 -> bf16: ``q [B, H, hd]``, ``keys, values [B, KVH, T, hd]`` bf16,
+    ``mask [B, 1, 1, T]`` fp32 additive (0 / -inf); query head ``h`` reads kv head ``h // (H // KVH)``."""
+    import torch
+
+    B, H, hd = q.shape
+    KVH = keys.shape[1]
+    qg = q.float().view(B, KVH, H // KVH, hd)  # [B, KVH, G, hd]: a group's heads share one kv head
+    scores = torch.matmul(qg, keys.float().transpose(-1, -2)) * scale + mask  # [B, KVH, G, T]
+    p = torch.softmax(scores, dim=-1)  # [B, KVH, G, T]
+    return torch.matmul(p, values.float()).view(B, H * hd).to(torch.bfloat16)  # [B, H*hd]
 
 
 class TorchDecoder:
@@ -135,6 +174,7 @@ class TorchDecoder:
             raise ValueError(f"max_len {max_len} is outside 1..{cfg.max_seq_len} (max_seq_len)")
         self.cfg, self.max_batch, self.max_len = cfg, max_batch, max_len
         dev = self.device = torch.device(device)
+        self.matmul_flags = exact_matmul_flags()
 
         def load(a: np.ndarray):
             return torch.from_numpy(bf16_bits(a)).view(torch.bfloat16).to(dev)
@@ -150,6 +190,7 @@ class TorchDecoder:
         self.cos, self.sin = torch.from_numpy(cos).to(dev), torch.from_numpy(sin).to(dev)  # [T, hd/2]
         self.tokens = torch.zeros(max_batch, dtype=torch.long, device=dev)  # [MB] input token ids
         self.positions = torch.zeros(max_batch, dtype=torch.long, device=dev)  # [MB]
+        self.logits = torch.zeros((max_batch, cfg.vocab), dtype=torch.float32, device=dev)  # [MB, V]
         self.next_tokens = torch.zeros(max_batch, dtype=torch.long, device=dev)  # [MB] greedy output
         self.rows = torch.arange(max_batch, device=dev)  # [MB]
         self.key_index = torch.arange(max_len, device=dev)  # [T]
@@ -179,11 +220,11 @@ class TorchDecoder:
 
         c = self.cfg
         H, KVH, hd = c.n_heads, c.n_kv_heads, c.head_dim
-        group = H // KVH
+        scale = 1.0 / math.sqrt(hd)
         tokens, pos, rows = self.tokens[:B], self.positions[:B], self.rows[:B]  # [B]
         cos, sin = self.cos[pos][:, None, :], self.sin[pos][:, None, :]  # [B, 1, hd/2]
         visible = key_mask(pos, self.key_index)[:, None, None, :]  # [B, 1, 1, T]
-        mask = torch.zeros(visible.shape, dtype=torch.bfloat16, device=self.device).masked_fill(
+        mask = torch.zeros(visible.shape, dtype=torch.float32, device=self.device).masked_fill(
             ~visible, float("-inf"))  # [B, 1, 1, T] additive
         x = F.embedding(tokens, self.embed)  # [B, D]
         for i, w in enumerate(self.layers):
@@ -194,11 +235,8 @@ class TorchDecoder:
             k_cache, v_cache = self.k_cache[i], self.v_cache[i]  # [MB, KVH, T, hd]
             k_cache[rows, :, pos] = k
             v_cache[rows, :, pos] = v.view(B, KVH, hd)
-            keys, values = k_cache[:B], v_cache[:B]  # [B, KVH, T, hd]
-            if group > 1:
-                keys, values = keys.repeat_interleave(group, dim=1), values.repeat_interleave(group, dim=1)
-            a = F.scaled_dot_product_attention(q.unsqueeze(2), keys, values, attn_mask=mask)  # [B, H, 1, hd]
-            x = torch.addmm(x, a.reshape(B, c.q_dim), w["w_o"].t())  # x + a @ Wo^T, one rounding
+            a = _attention(q, k_cache[:B], v_cache[:B], mask, scale)  # [B, H*hd]
+            x = torch.addmm(x, a, w["w_o"].t())  # x + a @ Wo^T, one rounding
             h = _rmsnorm(x, w["mlp_norm"], c.rms_norm_eps)
             gate, up = F.linear(h, w["w_gate_up"]).chunk(2, dim=-1)  # [B, F] each
             m = (F.silu(gate.float()) * up.float()).to(torch.bfloat16)  # [B, F]
@@ -208,7 +246,8 @@ class TorchDecoder:
             logits = torch.mm(h, self.lm_head.t(), out_dtype=torch.float32)  # [B, V] fp32
         else:
             logits = F.linear(h.float(), self.lm_head_f32)  # [B, V] fp32, reading twice the bytes
-        self.next_tokens[:B] = logits.argmax(dim=-1)
+        self.logits[:B] = logits
+        self.next_tokens[:B] = logits.argmax(dim=-1)  # the first maximum: lowest index on ties
 
     def _set_inputs(self, tokens, positions) -> int:
         import torch
@@ -226,6 +265,10 @@ class TorchDecoder:
 
     def _read(self, B: int) -> np.ndarray:
         return self.next_tokens[:B].cpu().numpy().astype(np.int32)  # synchronizes
+
+    def read_logits(self, B: int) -> np.ndarray:
+        """A copy of the last step's logits of rows ``0..B-1``, fp32 ``[B, V]`` (synchronizes)."""
+        return self.logits[:B].to("cpu", copy=True).numpy()  # a copy on the CPU too: the buffer is reused
 
     def step_eager(self, tokens, positions) -> np.ndarray:
         """One eager step: ``tokens, positions [B]`` -> greedy next tokens ``int32 [B]``."""
@@ -305,7 +348,7 @@ class TorchDecoder:
         if self.lm_head_f32 is not None:
             weights.append(self.lm_head_f32)
         return weights + [self.k_cache, self.v_cache, self.cos, self.sin, self.tokens, self.positions,
-                          self.next_tokens, self.rows, self.key_index]
+                          self.logits, self.next_tokens, self.rows, self.key_index]
 
     def runner(self, B: int, mode: str):
         """A callable that enqueues one step for ``B`` rows on the current inputs: eager, graph or compile
@@ -318,9 +361,11 @@ class TorchDecoder:
             return self.compiled[B]
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
 
-    def generate(self, prompts: list[list[int]], n_new: int, mode: str = "graph") -> list[list[int]]:
+    def generate(self, prompts: list[list[int]], n_new: int, mode: str = "graph",
+                 logits: list[np.ndarray] | None = None) -> list[list[int]]:
         """Greedy-decode ``n_new`` tokens after equal-length prompts (all rows start at position 0), feeding the
-        prompt token by token as ``rawgraphs.model.generate.generate`` does; ``mode`` eager / graph / compile."""
+        prompt token by token as ``rawgraphs.model.generate.generate`` does; ``mode`` eager / graph / compile.
+        ``logits``, when given, receives every step's fp32 ``[B, V]`` logits (prompt steps included)."""
         B, P = len(prompts), len(prompts[0]) if prompts else 0
         if P == 0 or any(len(p) != P for p in prompts) or n_new < 1:
             raise ValueError("need equal-length, non-empty prompts and n_new >= 1")
@@ -334,6 +379,8 @@ class TorchDecoder:
             tokens = [p[t] if t < P else o[-1] for p, o in zip(prompts, out)]
             self._set_inputs(tokens, [t] * B)
             run()
+            if logits is not None:
+                logits.append(self.read_logits(B))
             if t >= P - 1:
                 for o, nxt in zip(out, self._read(B)):
                     o.append(int(nxt))
