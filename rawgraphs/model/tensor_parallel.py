@@ -59,6 +59,8 @@ def rank_weights(weights: Weights, rank: int, tp: int) -> Weights:
     """Rank ``rank``'s shard of ``weights``: a valid :class:`Weights` of ``local_config(cfg, tp)``."""
     if not 0 <= rank < tp:
         raise ValueError(f"rank {rank} is outside 0..{tp - 1}")
+    if tp == 1:
+        return weights  # the one shard is the whole model: no copy (an 8B model is 16 GB)
     cfg, local = weights.cfg, local_config(weights.cfg, tp)
     return Weights(local, weights.embed, [_shard_layer(lw, cfg, rank, tp) for lw in weights.layers],
                    weights.final_norm, weights.lm_head)
