@@ -125,8 +125,9 @@ def job_for(preset, B, n_new, seed=3):
 def test_tp1_in_a_spawned_rank_process_equals_the_plain_model_in_every_mode(stream):
     job = job_for("tiny", 4, 8)  # 4 rows: the runner's capture size, so every mode runs the same plan
     (rank0,) = run_ranks(decode_rank, 1, job)
-    plain = DecodeModel(job.cfg, job.weights(), max_batch=4)
-    want = generate(plain, [list(p) for p in job.prompts], job.n_new, stream, keep_logits=True)
+    prompts = [list(p) for p in job.prompts]
+    plain = DecodeModel(job.cfg, job.weights(), max_batch=4, kv_tokens=max(map(len, prompts)) + job.n_new + 1)
+    want = generate(plain, prompts, job.n_new, stream, keep_logits=True)
     assert set(rank0["modes"]) == {"eager", "capture", "explicit", "runner"}
     for mode, got in rank0["modes"].items():
         assert got["tokens"] == want.tokens, mode
