@@ -18,6 +18,7 @@ from __future__ import annotations
 import gc
 import multiprocessing as mp
 import os
+import pickle
 import queue
 import traceback
 from collections.abc import Callable
@@ -183,9 +184,10 @@ def _visible_gpus() -> list[str]:
     return [str(i) for i in range(check(driver.cuDeviceGetCount(), "cuDeviceGetCount"))]
 
 
-def _rank_main(rank: int, size: int, gpu: str, ids, results, fn: Callable, args: tuple) -> None:
+def _rank_main(rank: int, size: int, gpu: str, ids, results, job: bytes) -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = gpu  # before CUDA starts in this (spawned, fresh) process
     try:
+        fn, args = pickle.loads(job)  # only now: importing fn's module may start CUDA
         if rank == 0:
             uid = unique_id()
             for _ in range(size - 1):
@@ -204,8 +206,9 @@ def run_ranks(fn: Callable, size: int, *args) -> list:
     """Run ``fn(comm, *args)`` in ``size`` spawned processes, one per GPU, and return each rank's result.
 
     Rank 0 makes the NCCL unique id and sends it to the others; each process joins the communicator on its
-    own GPU. ``fn`` and its results must be picklable (a module-level function). If any rank fails, the others
-    are terminated and a RuntimeError carries the failing rank's traceback.
+    own GPU. ``fn`` and its results must be picklable (a module-level function; its module is imported in each
+    rank only after that rank's GPU is chosen). If any rank fails, the others are terminated and a
+    RuntimeError carries the failing rank's traceback.
     """
     gpus = _visible_gpus()
     if size < 1 or size > len(gpus):
@@ -214,7 +217,8 @@ def run_ranks(fn: Callable, size: int, *args) -> list:
         _nccl()  # raises NcclUnavailableError with the fix
     ctx = mp.get_context("spawn")  # a fresh process per rank: CUDA cannot be forked
     ids, results = ctx.Queue(), ctx.Queue()
-    procs = [ctx.Process(target=_rank_main, args=(r, size, gpus[r], ids, results, fn, args), daemon=True)
+    job = pickle.dumps((fn, args))
+    procs = [ctx.Process(target=_rank_main, args=(r, size, gpus[r], ids, results, job), daemon=True)
              for r in range(size)]
     for p in procs:
         p.start()

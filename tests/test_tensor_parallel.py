@@ -247,3 +247,12 @@ def test_demo_refuses_a_tp_that_does_not_divide_the_model():
     from rawgraphs.cli import main
     with pytest.raises(SystemExit, match="--tp 3: tensor parallelism 3 must divide n_heads"):
         main(["demo", "--model", "1b", "--tp", "3"])
+
+
+@needs_nccl
+@pytest.mark.skipif(gpu_available(), reason="on a GPU the communicator forms; this checks the failure report")
+def test_a_rank_that_fails_is_reported_with_its_traceback(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # one (absent) GPU: the rank fails to join
+    with pytest.raises(RuntimeError, match=r"rank 0 of 1 failed:\nTraceback(.|\n)*Communicator.init(.|\n)*"
+                                           r"CUDA_ERROR_NO_DRIVER"):
+        comm.run_ranks(decode_rank, 1, None)
