@@ -256,3 +256,33 @@ def test_a_rank_that_fails_is_reported_with_its_traceback(monkeypatch):
     with pytest.raises(RuntimeError, match=r"rank 0 of 1 failed:\nTraceback(.|\n)*Communicator.init(.|\n)*"
                                            r"CUDA_ERROR_NO_DRIVER"):
         comm.run_ranks(decode_rank, 1, None)
+
+
+# ---- benchmarks/tp_decode.py on the CPU ------------------------------------------------------------------------
+def tp_decode_module():
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # it imports `common`
+    import tp_decode
+    return tp_decode
+
+
+def test_tp_decode_rows_take_the_slowest_rank_and_the_all_reduce_share():
+    t = tp_decode_module()
+    fast = {"eager": [1.0], "graph": [0.5], "graph w/o all-reduce": [0.4]}
+    slow = {"eager": [1.2], "graph": [0.8], "graph w/o all-reduce": [0.6]}
+    ranks = [{"gbs": 4000.0, "by_batch": {1: fast}}, {"gbs": 4000.0, "by_batch": {1: slow}}]
+    table, rows = t.rows_for("1b", 2, ranks, [1])
+    (row,) = table
+    assert (row["eager ms"], row["graph ms"], row["w/o AR ms"]) == (1.2, 0.8, 0.6)
+    assert row["AR share"] == "25.0%" and row["plain graph ms"] == ""
+    local = local_config(t.CONFIGS["1b"], 2)
+    assert row["floor ms"] == pytest.approx((local.weight_bytes() + local.kv_bytes_per_token() * 513) / 4e12 * 1e3)
+    assert [r["mode"] for r in rows] == ["eager", "graph", "graph w/o all-reduce"]  # rank 0's samples
+    assert all(r["tp"] == 2 and r["allreduce_share"] == pytest.approx(0.25) for r in rows)
+
+
+def test_tp_decode_configs_split_over_eight_ranks():
+    t = tp_decode_module()
+    for cfg in t.CONFIGS.values():
+        assert local_config(cfg, 8).n_kv_heads >= 1
