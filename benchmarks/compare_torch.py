@@ -160,8 +160,9 @@ def run_model(model: str, batches: tuple[int, ...], seed: int, quick: bool, timi
     tm = TorchDecoder(cfg, weights, max(batches), MAX_LEN)
     del weights
     notes.append(f"{model}: torch matmul flags {tm.matmul_flags} (TorchDecoder: fp32 accumulation as the kernels)")
-    if not tm.fp32_logits:
-        notes.append("torch.mm(out_dtype=float32) is missing: torch's LM head reads an fp32 copy (2x its bytes)")
+    if not tm.fp32_mm:
+        notes.append("torch.mm(out_dtype=float32) is missing: torch multiplies fp32 copies of the LM head, w_o and "
+                     "w_down (slower; its timings are not comparable)")
     print(f"{model}: D={cfg.dim} L={cfg.n_layers} H={cfg.n_heads} F={cfg.ffn_dim} V={cfg.vocab}; "
           f"weights + both models ready in {time.perf_counter() - t0:.1f} s", flush=True)
     checks, rows, base = [], [], {}

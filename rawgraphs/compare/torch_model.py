@@ -5,14 +5,19 @@ Static buffers (token ids, positions, a contiguous KV cache ``[L, max_batch, KVH
 ``step`` be run eagerly, captured by ``torch.cuda.CUDAGraph`` or compiled by ``torch.compile(mode=
 "reduce-overhead")``. Rounding points follow the kernels (``ReferenceModel`` lists them): bf16 after each
 rmsnorm (fp32 ``x * inv_rms * w``, one rounding, as the projections' fused x loads), projection, RoPE,
-attention and silu*up; the residual adds happen inside the GEMM epilogue (``torch.addmm`` with ``beta=1``: fp32
-sum, one rounding) and the logits are fp32 (``torch.mm(out_dtype=fp32)``). RoPE cos/sin are computed in
+attention and silu*up; the logits are fp32 (``torch.mm(out_dtype=fp32)``). RoPE cos/sin are computed in
 float64 and stored as fp32 tables, as the ``rope_append`` kernel does.
 
-Attention is written out in fp32 (scores, softmax, probabilities @ V; one bf16 rounding of the output), as the
-attention kernel computes it, not with ``F.scaled_dot_product_attention`` on bf16 tensors: its fused kernels
-(and the CPU one) round the softmax probabilities to bf16 before multiplying by V, which changed ~36% of the
-bf16 attention outputs of ``small`` by one ulp and made greedy tokens drift from rawgraphs' after a few steps.
+Two places where the obvious PyTorch op rounds differently from the kernels (measured on the H200 with torch
+2.11, feeding torch the kernels' own inputs, ``small``):
+
+- residual adds: ``torch.addmm(x, a, W.t())`` on bf16 CUDA tensors rounds ``a @ W^T`` to bf16 before adding
+  ``x``: ~20% of the new residual elements differed from the kernels' ``bf16(float(x) + fp32 sum)`` by one
+  ulp. Here the product is taken in fp32 (``mm(out_dtype=fp32)``), added to ``x`` in fp32, rounded once.
+- attention: ``F.scaled_dot_product_attention`` on bf16 tensors rounds the softmax probabilities to bf16
+  before multiplying by V (~17% of outputs one ulp off). Here scores, softmax and probabilities @ V are fp32
+  matmuls, rounded once, as the attention kernel.
+
 Building a ``TorchDecoder`` also sets torch's global matmul flags to exact fp32 accumulation
 (``exact_matmul_flags``): no bf16 split-K reductions in cuBLAS, no TF32.
 
@@ -197,9 +202,9 @@ class TorchDecoder:
         self.graphs: dict[int, object] = {}  # B -> torch.cuda.CUDAGraph
         self.capture_stats: dict[int, CaptureStats] = {}
         self.compiled: dict[int, object] = {}  # B -> torch.compile'd step
-        self.fp32_logits = self._probe_fp32_mm()
+        self.fp32_mm = self._probe_fp32_mm()
         # without mm(out_dtype=fp32) (older torch, CPU) an fp32 copy of the LM head keeps the logits exact
-        self.lm_head_f32 = None if self.fp32_logits else self.lm_head.float()  # [V, D]
+        self.lm_head_f32 = None if self.fp32_mm else self.lm_head.float()  # [V, D]
 
     def _probe_fp32_mm(self) -> bool:
         """Whether ``torch.mm(bf16, bf16, out_dtype=float32)`` exists here (torch >= 2.8)."""
@@ -210,6 +215,26 @@ class TorchDecoder:
             return torch.mm(a, a.t(), out_dtype=torch.float32).dtype == torch.float32
         except (TypeError, RuntimeError):
             return False
+
+    def _mm_f32(self, a, w, w_f32=None):
+        """``a [B, K] @ w [N, K]^T`` of bf16 tensors with fp32 accumulation and an fp32 ``[B, N]`` result.
+
+        Without ``mm(out_dtype=fp32)`` it multiplies fp32 copies (``w_f32``, or ``w`` upcast per call):
+        exact as well (bf16 products are exact in fp32), slower, and only for CPU or torch < 2.8.
+        """
+        import torch
+        import torch.nn.functional as F
+
+        if self.fp32_mm:
+            return torch.mm(a, w.t(), out_dtype=torch.float32)
+        return F.linear(a.float(), w.float() if w_f32 is None else w_f32)
+
+    def _residual(self, x, a, w):
+        """``bf16(float(x) + a @ w^T)``: fp32 product, fp32 add, one rounding, as the kernels' residual epilogue;
+        ``x [B, N]``, ``a [B, K]`` bf16, ``w [N, K]``."""
+        import torch
+
+        return torch.add(self._mm_f32(a, w), x).to(torch.bfloat16)  # fp32 + bf16 -> fp32, then one rounding
 
     # ---- the step -----------------------------------------------------------------------------------------
     def _step(self, B: int) -> None:
@@ -236,16 +261,13 @@ class TorchDecoder:
             k_cache[rows, :, pos] = k
             v_cache[rows, :, pos] = v.view(B, KVH, hd)
             a = _attention(q, k_cache[:B], v_cache[:B], mask, scale)  # [B, H*hd]
-            x = torch.addmm(x, a, w["w_o"].t())  # x + a @ Wo^T, one rounding
+            x = self._residual(x, a, w["w_o"])  # [B, D] x + a @ Wo^T, one rounding
             h = _rmsnorm(x, w["mlp_norm"], c.rms_norm_eps)
             gate, up = F.linear(h, w["w_gate_up"]).chunk(2, dim=-1)  # [B, F] each
             m = (F.silu(gate.float()) * up.float()).to(torch.bfloat16)  # [B, F]
-            x = torch.addmm(x, m, w["w_down"].t())  # x + m @ Wd^T
+            x = self._residual(x, m, w["w_down"])  # [B, D] x + m @ Wd^T
         h = _rmsnorm(x, self.final_norm, c.rms_norm_eps)
-        if self.fp32_logits:
-            logits = torch.mm(h, self.lm_head.t(), out_dtype=torch.float32)  # [B, V] fp32
-        else:
-            logits = F.linear(h.float(), self.lm_head_f32)  # [B, V] fp32, reading twice the bytes
+        logits = self._mm_f32(h, self.lm_head, self.lm_head_f32)  # [B, V] fp32
         self.logits[:B] = logits
         self.next_tokens[:B] = logits.argmax(dim=-1)  # the first maximum: lowest index on ties
 
