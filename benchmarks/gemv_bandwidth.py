@@ -42,8 +42,8 @@ SMALL_SHAPES = [("s.qkv", 2304, 768, "bf16"), ("s.o", 768, 768, "residual"), ("s
                 ("s.down", 768, 2048, "residual"), ("s.lm_head", 32000, 768, "f32")]  # the small config, B = 1
 BATCHES = [1, 2, 4, 8, 64, 256]
 # Alternatives timed next to the plan's default: (kernel, splits, grid scale); None splits = the plan's choice;
-# the grid scale multiplies grid[0] (gemv_persist is correct for any grid: its warps stride over the rows).
-ALTERNATIVES = {1: [("gemv", None, 1), ("gemv_persist", None, 2), ("gemv_mma", 1, 1)],
+# the grid scale multiplies grid[0] (gemv_persist is correct for any grid: its warp groups stride over the rows).
+ALTERNATIVES = {1: [("gemv", None, 1), ("gemv_persist", None, 0.5), ("gemv_mma", 1, 1)],
                 2: [("gemv_persist", None, 1)], 4: [("gemv_persist", None, 1)],
                 8: [("gemv", 1, 1), ("gemv_persist", None, 1)], 64: [("gemv_mma", 1, 1)], 256: [("gemv_mma", 1, 1)]}
 STREAM_LAUNCHES = 16
@@ -54,12 +54,12 @@ SPIN = """extern "C" __global__ void spin(long long cycles) {
 
 
 def time_case(mod, spin, stream, name: str, N: int, K: int, out: str, B: int, reps: int,
-              kernel: str | None = None, splits: int | None = None, scale: int = 1) -> dict:
+              kernel: str | None = None, splits: int | None = None, scale: float = 1) -> dict:
     """Median single-launch and back-to-back times of one projection at batch ``B`` (plan overrides:
     ``kernel``, ``splits``, ``scale`` x grid[0])."""
     plan = gemv_plan(B, N, K, out, kernel, splits)
     if scale != 1:
-        plan = replace(plan, grid=(plan.grid[0] * scale, *plan.grid[1:]))
+        plan = replace(plan, grid=(max(1, round(plan.grid[0] * scale)), *plan.grid[1:]))
     w_bytes = N * K * 2
     copies = max(2, math.ceil(3 * L2_BYTES / w_bytes))
     ws = [DeviceBuffer((N, K), ml_dtypes.bfloat16) for _ in range(copies)]  # [N, K] each

@@ -418,13 +418,15 @@ extern "C" __global__ void __launch_bounds__(256) gemv_mma(void* y, const bf16* 
     else gemv_mma_all<4>(y, x, w, norm, B, N, K, k0, k1, mode, eps, x_op);
 }
 
-// ---- gemv_persist: one-wave weight streaming with a per-warp cp.async ring --------------------------------
-// A warp owns whole weight rows n = first, first + stride, ... (stride = all warps of the grid) and streams each
-// row's K range in 256-element chunks (lane l: elements [8l, 8l + 8) of a chunk, 16 bytes) through a private
-// shared-memory ring of PIPE_STAGES slots with cp.async, PIPE_STAGES - 1 chunks in flight per warp. The first
-// ring's worth is issued before the PDL wait (weights never depend on the previous kernel). x (after x_op)
-// is staged once per block in shared memory. No block barrier inside the stream: warps run independently and
-// each row ends in a fixed-order warp reduction (deterministic).
+// ---- gemv_persist: one-wave weight streaming with per-warp cp.async rings ---------------------------------
+// A group of `parts` warps owns whole weight rows n = group, group + groups, ... (groups: all groups of the grid);
+// warp p of a group streams chunks p, p + parts, ... of each row (256 elements of the K range per chunk; lane l
+// holds elements [8l, 8l + 8), 16 bytes) through a private shared-memory ring of PIPE_STAGES slots with
+// cp.async, PIPE_STAGES - 1 chunks in flight per warp. The first ring's worth is issued before the PDL wait
+// (weights never depend on the previous kernel). x (after x_op) is staged once per pass in shared memory.
+// Warps run independently (no block barrier inside the stream); each row ends in a fixed-order warp reduction
+// and, with parts > 1, a fixed-order sum of the group's partials behind the group's named barrier
+// (deterministic, and independent of the grid: a row is summed the same way whichever group owns it).
 #define PIPE_STAGES 8
 #define PIPE_CHUNK 256
 
@@ -439,22 +441,26 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int n>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(n) : "memory"); }
 
-// The issue side of one warp's ring: chunk after chunk of its rows, one commit group per chunk (empty past the
-// end, so the wait count stays fixed).
+// Barrier `id` (1..15; 0 is __syncthreads) over `threads` threads (a multiple of 32), shared memory ordered.
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// The issue side of one warp's ring: its chunks of its rows in order, one commit group per chunk (empty past
+// the end, so the wait count stays fixed).
 struct RowStream {
-    const bf16* w;
     bf16* ring;  // [PIPE_STAGES][PIPE_CHUNK] this warp's slots
-    int K, k1, stride, chunks;
-    int left, c, slot;  // chunks still to issue, the next one's index in its row, its ring slot
+    int K, k0, k1, stride, part, parts, mine;  // mine: chunks of a row this warp streams
+    int left, j, slot;  // chunks still to issue, the next one's index among this warp's chunks of its row, slot
     const bf16* row;    // the next chunk's weight row
 
-    __device__ __forceinline__ void issue(int k0) {
+    __device__ __forceinline__ void issue() {
         if (left > 0) {
-            const int k = k0 + c * PIPE_CHUNK + (threadIdx.x & 31) * 8;
+            const int k = k0 + (part + j * parts) * PIPE_CHUNK + (threadIdx.x & 31) * 8;
             if (k < k1) cp_async16(ring + slot * PIPE_CHUNK + (threadIdx.x & 31) * 8, row + k);
             --left;
-            if (++c == chunks) {  // row done: this warp's next row
-                c = 0;
+            if (++j == mine) {  // row done: this warp's next row
+                j = 0;
                 row += (size_t)stride * K;
             }
         }
@@ -477,60 +483,72 @@ __device__ __forceinline__ void stage_x(bf16* xs, const bf16* __restrict__ x, co
 template <int XOP, int NB>
 __device__ __forceinline__ void gemv_persist_body(void* y, const bf16* __restrict__ x, const bf16* __restrict__ w,
                                                   const bf16* __restrict__ norm, int B, int N, int K, int k0,
-                                                  int k1, int mode, float eps) {
+                                                  int k1, int mode, float eps, int parts) {
     extern __shared__ __align__(16) unsigned char pipe_raw[];
     __shared__ float scratch[32];
-    bf16* pipe_smem = reinterpret_cast<bf16*>(pipe_raw);  // [warps][PIPE_STAGES][PIPE_CHUNK] rings, then xs
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-    const int first = blockIdx.x * nwarps + warp, stride = gridDim.x * nwarps;
+    const int part = warp % parts, per_block = nwarps / parts;
+    const int group = blockIdx.x * per_block + warp / parts, groups = gridDim.x * per_block;
     const int kc = k1 - k0, chunks = (kc + PIPE_CHUNK - 1) / PIPE_CHUNK;
-    const int rows = first < N ? (N - 1 - first) / stride + 1 : 0;
-    bf16* xs = pipe_smem + nwarps * PIPE_STAGES * PIPE_CHUNK;  // [NB][kc] the pass's input rows
-    RowStream st{w, pipe_smem + warp * PIPE_STAGES * PIPE_CHUNK, K, k1, stride, chunks, 0, 0, 0, nullptr};
+    const int mine = part < chunks ? (chunks - part + parts - 1) / parts : 0;
+    const int rows = group < N ? (N - 1 - group) / groups + 1 : 0;
+    bf16* rings = reinterpret_cast<bf16*>(pipe_raw);         // [nwarps][PIPE_STAGES][PIPE_CHUNK]
+    bf16* xs = rings + nwarps * PIPE_STAGES * PIPE_CHUNK;     // [NB][kc] the pass's input rows
+    float* red = reinterpret_cast<float*>(xs + NB * kc);      // [2][NB][nwarps] partials (parts > 1)
+    RowStream st{rings + warp * PIPE_STAGES * PIPE_CHUNK, K, k0, k1, groups, part, parts, mine, 0, 0, 0, nullptr};
     for (int b0 = 0; b0 < B; b0 += NB) {
         const int nb = min(NB, B - b0);
-        st.left = rows * chunks;
-        st.c = st.slot = 0;
-        st.row = w + (size_t)first * K;
+        st.left = rows * mine;
+        st.j = st.slot = 0;
+        st.row = w + (size_t)group * K;
 #pragma unroll
-        for (int i = 0; i < PIPE_STAGES - 1; ++i) st.issue(k0);
+        for (int i = 0; i < PIPE_STAGES - 1; ++i) st.issue();
         if (b0 == 0) pdl_begin();  // the first ring is in flight before the wait; x is read after it
         __syncthreads();           // xs is free (every warp finished the previous pass)
         for (int r = 0; r < nb; ++r) stage_x<XOP>(xs + r * kc, x, norm, b0 + r, K, k0, k1, eps, scratch);
         __syncthreads();
-        float acc[NB];
+        int slot = 0;
+        for (int r = 0, n = group; r < rows; ++r, n += groups) {
+            float acc[NB];
 #pragma unroll
-        for (int r = 0; r < NB; ++r) acc[r] = 0.0f;
-        int n = first, c = 0, slot = 0;
-        for (int i = 0; i < rows * chunks; ++i) {
-            cp_async_wait<PIPE_STAGES - 2>();  // chunk i has landed (this lane's 16 bytes)
-            st.issue(k0);                      // refills the slot chunk i - 1 used
-            const int kk = c * PIPE_CHUNK + lane * 8;
-            if (k0 + kk < k1) {
-                float wf[8];
-                bf16x8_to_float(*reinterpret_cast<const uint4*>(st.ring + slot * PIPE_CHUNK + lane * 8), wf);
+            for (int i = 0; i < NB; ++i) acc[i] = 0.0f;
+            for (int j = 0; j < mine; ++j) {
+                cp_async_wait<PIPE_STAGES - 2>();  // this chunk has landed (this lane's 16 bytes)
+                st.issue();                        // refills the slot the previous chunk used
+                const int kk = (part + j * parts) * PIPE_CHUNK + lane * 8;
+                if (k0 + kk < k1) {
+                    float wf[8];
+                    bf16x8_to_float(*reinterpret_cast<const uint4*>(st.ring + slot * PIPE_CHUNK + lane * 8), wf);
 #pragma unroll
-                for (int r = 0; r < NB; ++r) {
-                    if (r < nb) {
-                        float xf[8];
-                        bf16x8_to_float(*reinterpret_cast<const uint4*>(xs + r * kc + kk), xf);
+                    for (int i = 0; i < NB; ++i) {
+                        if (i < nb) {
+                            float xf[8];
+                            bf16x8_to_float(*reinterpret_cast<const uint4*>(xs + i * kc + kk), xf);
 #pragma unroll
-                        for (int j = 0; j < 8; ++j) acc[r] = fmaf(wf[j], xf[j], acc[r]);
+                            for (int e = 0; e < 8; ++e) acc[i] = fmaf(wf[e], xf[e], acc[i]);
+                        }
                     }
                 }
+                slot = (slot + 1) % PIPE_STAGES;
             }
-            slot = (slot + 1) % PIPE_STAGES;
-            if (++c == chunks) {
 #pragma unroll
-                for (int r = 0; r < NB; ++r) {
-                    if (r < nb) {
-                        const float v = warp_sum(acc[r]);
-                        if (lane == 0) store_out(y, mode, blockIdx.y, B, N, b0 + r, n, v);
-                    }
-                    acc[r] = 0.0f;
+            for (int i = 0; i < NB; ++i) acc[i] = warp_sum(acc[i]);
+            if (parts == 1) {
+                if (lane == 0)
+                    for (int i = 0; i < nb; ++i) store_out(y, mode, blockIdx.y, B, N, b0 + i, n, acc[i]);
+                continue;
+            }
+            // Double-buffered by row parity: a warp is at most one row ahead of its group's first warp.
+            float* rb = red + (r & 1) * NB * nwarps;
+            if (lane == 0)
+                for (int i = 0; i < nb; ++i) rb[i * nwarps + warp] = acc[i];
+            named_barrier(1 + warp / parts, 32 * parts);
+            if (part == 0 && lane == 0) {
+                for (int i = 0; i < nb; ++i) {
+                    float v = 0.0f;
+                    for (int p = 0; p < parts; ++p) v += rb[i * nwarps + warp + p];
+                    store_out(y, mode, blockIdx.y, B, N, b0 + i, n, v);
                 }
-                c = 0;
-                n += stride;
             }
         }
         cp_async_wait<0>();  // only empty groups remain; the next pass starts from a quiet ring
@@ -539,24 +557,25 @@ __device__ __forceinline__ void gemv_persist_body(void* y, const bf16* __restric
 
 template <int XOP>
 __device__ __forceinline__ void gemv_persist_rows(void* y, const bf16* x, const bf16* w, const bf16* norm, int B,
-                                                  int N, int K, int k0, int k1, int mode, float eps) {
+                                                  int N, int K, int k0, int k1, int mode, float eps, int parts) {
     // Batch rows per pass: 4 from B = 4, 2 for B = 2, 3 (plans.py sizes the shared memory by the same rule).
-    if (B >= 4) gemv_persist_body<XOP, 4>(y, x, w, norm, B, N, K, k0, k1, mode, eps);
-    else if (B >= 2) gemv_persist_body<XOP, 2>(y, x, w, norm, B, N, K, k0, k1, mode, eps);
-    else gemv_persist_body<XOP, 1>(y, x, w, norm, B, N, K, k0, k1, mode, eps);
+    if (B >= 4) gemv_persist_body<XOP, 4>(y, x, w, norm, B, N, K, k0, k1, mode, eps, parts);
+    else if (B >= 2) gemv_persist_body<XOP, 2>(y, x, w, norm, B, N, K, k0, k1, mode, eps, parts);
+    else gemv_persist_body<XOP, 1>(y, x, w, norm, B, N, K, k0, k1, mode, eps, parts);
 }
 
-// grid = (warp groups, splits), block = (32 * warps,) (<= 256), dynamic shared = warps * PIPE_STAGES * 512 +
-// 2 * k_chunk * min(B, 4) (B = 3: 2) bytes.
-extern "C" __global__ void __launch_bounds__(256) gemv_persist(void* y, const bf16* __restrict__ x,
+// grid = (blocks, splits), block = (32 * warps,) (warps <= 8, a multiple of parts; parts in 1, 2, 4, 8),
+// dynamic shared = warps * PIPE_STAGES * 512 + 2 * k_chunk * rows + 8 * rows * warps bytes, rows = batch rows
+// per pass (min(B, 4); B = 3: 2).
+extern "C" __global__ void __launch_bounds__(256, 4) gemv_persist(void* y, const bf16* __restrict__ x,
                                                                const bf16* __restrict__ w,
                                                                const bf16* __restrict__ norm, int B, int N,
                                                                int K, int k_chunk, int mode, float eps,
-                                                               int x_op) {
+                                                               int x_op, int parts) {
     const int k0 = blockIdx.y * k_chunk, k1 = min(K, k0 + k_chunk);
-    if (x_op == X_RMSNORM) gemv_persist_rows<X_RMSNORM>(y, x, w, norm, B, N, K, k0, k1, mode, eps);
-    else if (x_op == X_SILU) gemv_persist_rows<X_SILU>(y, x, w, norm, B, N, K, k0, k1, mode, eps);
-    else gemv_persist_rows<X_PLAIN>(y, x, w, norm, B, N, K, k0, k1, mode, eps);
+    if (x_op == X_RMSNORM) gemv_persist_rows<X_RMSNORM>(y, x, w, norm, B, N, K, k0, k1, mode, eps, parts);
+    else if (x_op == X_SILU) gemv_persist_rows<X_SILU>(y, x, w, norm, B, N, K, k0, k1, mode, eps, parts);
+    else gemv_persist_rows<X_PLAIN>(y, x, w, norm, B, N, K, k0, k1, mode, eps, parts);
 }
 
 extern "C" __global__ void splitk_reduce(void* y, const float* __restrict__ partial, int B, int N, int splits,

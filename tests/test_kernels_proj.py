@@ -53,7 +53,7 @@ def test_signatures():
         "gemv": "y: ptr, x: ptr, w: ptr, norm: ptr, B: i32, N: i32, K: i32, k_chunk: i32, mode: i32, "
                    "eps: f32, x_op: i32",
         "gemv_persist": "y: ptr, x: ptr, w: ptr, norm: ptr, B: i32, N: i32, K: i32, k_chunk: i32, mode: i32, "
-                        "eps: f32, x_op: i32",
+                        "eps: f32, x_op: i32, parts: i32",
         "gemv_mma": "y: ptr, x: ptr, w: ptr, norm: ptr, B: i32, N: i32, K: i32, k_chunk: i32, mode: i32, "
                    "eps: f32, x_op: i32",
         "gemm_tc": "y: ptr, x: ptr, w: ptr, norm: ptr, B: i32, N: i32, K: i32, k_chunk: i32, mode: i32, "
@@ -76,13 +76,12 @@ def test_gemv_plan(B, N, K):
     # The splits cover K exactly once, none empty.
     assert plan.k_chunk % 64 == 0 and plan.splits * plan.k_chunk >= K > (plan.splits - 1) * plan.k_chunk
     assert plan.grid[1 if B <= 16 else 2] == plan.splits
-    if plan.kernel == "gemv_persist":  # one wave of warps, each owning whole rows; the x row fits shared memory
-        warps_per_block = plan.block[0] // 32
-        warps = plan.grid[0] * warps_per_block
-        rows_per_warp = math.ceil(N / warps)
-        assert warps_per_block in (4, 8) and warps <= SMS * 16 and math.ceil(N / rows_per_warp) > warps - \
-            warps_per_block
-        assert plan.splits == 1 and plan.shared == warps_per_block * 8 * 512 + 2 * plan.k_chunk <= 47 * 1024
+    if plan.kernel == "gemv_persist":  # one wave of 8-warp blocks; groups of `parts` warps own whole rows
+        groups = plan.grid[0] * 8 // plan.parts
+        assert plan.block == (256, 1, 1) and plan.parts in (1, 2, 4, 8) and groups * plan.parts <= SMS * 32
+        assert math.ceil(N / groups) == math.ceil(N * plan.parts / (SMS * 32)) and plan.parts <= math.ceil(K / 256)
+        assert plan.splits == 1 and plan.shared == 8 * (8 * 512 + 8) + 2 * plan.k_chunk <= 47 * 1024
+        assert plan.launches("y", "x", "w", None, B, N, K)[0].args["parts"] == plan.parts
     else:
         rows_per_block = 16 if B <= 16 else 64
         assert plan.grid[0 if B <= 16 else 1] * rows_per_block >= N and plan.shared == 0
@@ -115,10 +114,10 @@ def test_gemv_plan_x_op(x_op):
 
 
 @pytest.mark.parametrize("kernel,rows,threads",
-                         [("gemv", 4, 128), ("gemv_persist", 8, 256), ("gemv_mma", 16, 256), ("gemm_tc", 64, 128)])
+                         [("gemv", 4, 128), ("gemv_persist", 4, 256), ("gemv_mma", 16, 256), ("gemm_tc", 64, 128)])
 def test_gemv_plan_override(kernel, rows, threads):
     plan = gemv_plan(5, 2048, 5632, "f32", kernel=kernel, splits=3)
-    grid = (1, 2048 // rows, 3) if kernel == "gemm_tc" else (2048 // rows, 3, 1)  # gemv_persist: a row per warp
+    grid = (1, 2048 // rows, 3) if kernel == "gemm_tc" else (2048 // rows, 3, 1)  # gemv_persist: 2 warps a row
     assert (plan.kernel, plan.grid, plan.block) == (kernel, grid, (threads, 1, 1))
     assert plan.k_chunk == 1920 and plan.mode == PARTIAL and plan.out_mode == OUT_MODES["f32"]
     with pytest.raises(ValueError, match="unknown gemv kernel"):
@@ -343,29 +342,36 @@ def test_gemv_fused_input(mods, stream, rng, N, K, x_op):
 @pytest.mark.parametrize("x_op", ["plain", "rmsnorm", "silu_mul"])
 @pytest.mark.parametrize("N,K", [(2048, 5632), (2304, 768), (99, 40)])
 def test_gemv_persist_any_grid(mods, stream, rng, N, K, x_op):
-    """gemv_persist's warps stride over the rows, so any grid is correct, and a row is summed in the same order
-    whichever warp owns it: one block (every ring wrapping across rows), 3 blocks and twice the planned grid
-    give the planned grid's bytes (passes of 2 and 1 batch rows; split K where x does not fit)."""
+    """gemv_persist's warp groups stride over the rows, so any grid and any warps per row are correct, and a row
+    is summed in the same order whichever group owns it: one block (every ring wrapping across rows), 3 blocks
+    and twice the planned grid give the planned grid's bytes (passes of 2 and 1 batch rows; split K where x
+    does not fit); 1, 2 and 8 warps per row match the reference."""
     eps = 1e-5
     w = bf16(rng.standard_normal((N, K)) / math.sqrt(K))  # [N, K]
     g = bf16(rng.uniform(0.5, 1.5, K))  # [K] norm weight
     B = 3  # a pass of two batch rows, then one of a single row
     x = bf16(rng.standard_normal((B, 2 * K if x_op == "silu_mul" else K)) * 3.0)  # [B, K] or [B, 2K]
-    h = {"plain": x, "rmsnorm": ref.to_bf16(ref.rmsnorm(x, g, eps)), "silu_mul": ref.to_bf16(ref.silu_mul(x))}
-    want = ref.linear(h[x_op], w)  # [B, N]
+    h = {"plain": lambda: x, "rmsnorm": lambda: ref.to_bf16(ref.rmsnorm(x, g, eps)),
+         "silu_mul": lambda: ref.to_bf16(ref.silu_mul(x))}[x_op]()  # [B, K]: the input the kernel multiplies
+    want = ref.linear(h, w)  # [B, N]
     wd, xd, gd = upload(w), upload(x), upload(g)
     plan = gemv_plan(B, N, K, "f32", "gemv_persist", x_op=x_op)
-    runs = []
     ws = poisoned((max(plan.workspace_bytes, 1),), np.uint8, stream)  # K = 5632 splits at B = 3
-    for blocks in (plan.grid[0], 1, 3, 2 * plan.grid[0]):
+    tol = dict(rtol=1e-5, atol=1e-4) if x_op == "plain" else dict(rtol=1e-2, atol=1e-2)
+    runs = []
+    for parts, blocks in ((plan.parts, plan.grid[0]), (plan.parts, 1), (plan.parts, 3), (plan.parts, 2 * plan.grid[0]),
+                          (1, 5), (2, 7), (8, plan.grid[0])):
         y = poisoned((B, N), np.float32, stream)
-        for step in replace(plan, grid=(blocks, *plan.grid[1:])).launches(y, xd, wd, ws, B, N, K, gd, eps):
+        for step in replace(plan, grid=(blocks, *plan.grid[1:]), parts=parts).launches(y, xd, wd, ws, B, N, K, gd,
+                                                                                      eps):
             launch(mods["gemv"], step.kernel, step.grid, step.block, stream, step.shared, **step.args)
         stream.synchronize()
-        runs.append(y.to_numpy())
-        assert runs[-1].tobytes() == runs[0].tobytes(), f"{blocks} blocks differ from {plan.grid[0]}"
-    tol = dict(rtol=1e-5, atol=1e-4) if x_op == "plain" else dict(rtol=1e-2, atol=1e-2)
-    np.testing.assert_allclose(runs[0].astype(np.float64), want, **tol)
+        got = y.to_numpy()
+        where = f"parts={parts} blocks={blocks} plan={plan}"
+        np.testing.assert_allclose(got.astype(np.float64), want, err_msg=where, **tol)
+        if parts == plan.parts:
+            runs.append(got)
+            assert runs[-1].tobytes() == runs[0].tobytes(), where + f": differs from {plan.grid[0]} blocks"
 
 
 # ---------------------------------------------------------------- GPU: argmax, sample

@@ -46,7 +46,9 @@ GEMV_ROWS = 4  # weight rows per gemv block (GEMV_ROWS in gemv.cu)
 TC_TILE = 64  # gemm_tc output tile edge (TC_M == TC_N in gemv.cu)
 MMA_ROWS = 16  # weight rows per gemv_mma block
 REDUCE_THREADS = 256
-PERSIST_WARPS_PER_SM = 16  # gemv_persist: resident warps aimed at per SM (7 x 512 bytes in flight each)
+PERSIST_WARPS_PER_SM = 32  # gemv_persist: resident warps aimed at per SM (7 x 512 bytes in flight each)
+PERSIST_BLOCK_WARPS = 8  # gemv_persist: warps per block
+PERSIST_CHUNK = 256  # gemv_persist: K elements per streamed chunk (PIPE_CHUNK)
 PERSIST_RING = 8 * 512  # gemv_persist: bytes of one warp's cp.async ring (PIPE_STAGES x 256 bf16)
 PERSIST_SHARED = 47 * 1024  # gemv_persist: dynamic shared bytes at most (rings + x; under the 48 KiB that
 # needs no opt-in, with room for the static part)
@@ -78,6 +80,7 @@ class GemvPlan:
     x_op: int  # the input op (X_OPS value)
     workspace_bytes: int  # fp32 [splits, B, N] partials; 0 when splits == 1
     reduce_grid: tuple[int, int, int] | None
+    parts: int = 1  # gemv_persist: warps per weight row (its `parts` argument)
 
     def launches(self, y, x, w, workspace, B: int, N: int, K: int, norm=None, eps: float = 0.0) -> list[Launch]:
         """The launches, in order, with every argument of each kernel filled in.
@@ -90,6 +93,8 @@ class GemvPlan:
             raise ValueError("an rmsnorm-fused projection needs the norm weight")
         main = dict(x=x, w=w, norm=0 if norm is None else norm, B=B, N=N, K=K, k_chunk=self.k_chunk, eps=eps,
                     x_op=self.x_op)
+        if self.kernel == "gemv_persist":
+            main["parts"] = self.parts
         if self.splits == 1:
             return [Launch(self.kernel, self.grid, self.block, self.shared,
                            dict(y=y, mode=self.mode, **main))]
@@ -125,7 +130,7 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
     if x_op not in X_OPS:
         raise ValueError(f"x_op must be one of {sorted(X_OPS)}, got {x_op!r}")
     kernel = kernel or ("gemv_persist" if B == 1 else "gemv_mma" if B <= 16 else "gemm_tc")
-    shared = 0
+    shared, parts = 0, 1
     if kernel == "gemv":
         # 132-263 blocks (small's o / down at B = 1) run unsplit: the reduce launch (~2-3 us in a graph) costs
         # more than the SMs left with one block instead of two.
@@ -133,18 +138,22 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         splits, k_chunk = _splits(tiles, K, SMS, 512, splits)
         grid = (tiles, splits, 1)
     elif kernel == "gemv_persist":
-        # One wave: each warp owns ceil(N / warps) whole rows, so every warp streams the same bytes; blocks of
-        # 8 warps, or 4 where that spreads a small N over more SMs. x is staged per pass of `rows` batch rows.
-        rows_per_warp = math.ceil(N / (SMS * PERSIST_WARPS_PER_SM))
-        warps = math.ceil(N / rows_per_warp)
-        per_block = 8 if warps >= 8 * SMS else 4
+        # One wave that fills every SM (4 blocks of 8 warps at 64 registers): each group of `parts` warps owns
+        # ceil(N / groups) whole rows, so every warp streams the same bytes; a short N splits each row's chunks
+        # over 2-8 warps instead of leaving warps idle. x is staged per pass of `rows` batch rows.
         rows = persist_batch_rows(B)
-        block = (32 * per_block, 1, 1)
-        x_limit = (PERSIST_SHARED - per_block * PERSIST_RING) // (2 * rows) // 64 * 64  # K elements per split
+        chunks = math.ceil(K / PERSIST_CHUNK)
+        target = SMS * PERSIST_WARPS_PER_SM
+        parts = 1
+        while parts < 8 and N * parts * 2 <= target and parts * 2 <= chunks:
+            parts *= 2
+        groups = math.ceil(N / math.ceil(N * parts / target)) if N * parts > target else N
+        block = (32 * PERSIST_BLOCK_WARPS, 1, 1)
+        x_limit = (PERSIST_SHARED - PERSIST_BLOCK_WARPS * (PERSIST_RING + 8 * rows)) // (2 * rows) // 64 * 64
         force = splits if splits is not None else math.ceil(K / x_limit)
         splits, k_chunk = _splits(1, K, 1, 8, force)
-        grid = (math.ceil(warps / per_block), splits, 1)
-        shared = per_block * PERSIST_RING + 2 * k_chunk * rows
+        grid = (math.ceil(groups * parts / PERSIST_BLOCK_WARPS), splits, 1)
+        shared = PERSIST_BLOCK_WARPS * (PERSIST_RING + 8 * rows) + 2 * k_chunk * rows
     elif kernel == "gemv_mma":
         # Measured: 128 blocks (N = 2048) unsplit beat 2 or 3 splits (the reduce launch costs more than the
         # idle SMs), so split only grids below half the SMs.
@@ -159,10 +168,10 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         raise ValueError(f"unknown gemv kernel {kernel!r}; one of gemv, gemv_persist, gemv_mma, gemm_tc")
     mode = OUT_MODES[out]
     if splits == 1:
-        return GemvPlan(kernel, grid, block, shared, 1, k_chunk, mode, mode, X_OPS[x_op], 0, None)
+        return GemvPlan(kernel, grid, block, shared, 1, k_chunk, mode, mode, X_OPS[x_op], 0, None, parts)
     reduce_grid = (math.ceil(B * N / REDUCE_THREADS), 1, 1)
     return GemvPlan(kernel, grid, block, shared, splits, k_chunk, PARTIAL, mode, X_OPS[x_op], 4 * splits * B * N,
-                    reduce_grid)
+                    reduce_grid, parts)
 
 
 def persist_batch_rows(B: int) -> int:
