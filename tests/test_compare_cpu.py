@@ -8,6 +8,8 @@ import importlib.util
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+from types import SimpleNamespace
 
 import ml_dtypes
 import numpy as np
@@ -190,3 +192,20 @@ def test_torch_attention_and_residual_round_once_like_the_kernels():
     # fp32 summation-order ties (< 0.2%); SDPA on bf16 (~17%) or addmm on bf16 CUDA tensors (~20%) do not
     run = subprocess.run([sys.executable, "-c", _OPS_SCRIPT], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout + run.stderr
+
+
+def test_twin_ops_groups_a_projection_with_its_reduce_and_tallies_differences():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import twin_ops
+
+    names = ["embed", "L0.qkv", "L0.qkv.reduce", "L0.rope_append", "L0.o_proj", "L0.o_proj.reduce", "lm_head"]
+    launches = [SimpleNamespace(name=n) for n in names]
+    groups = twin_ops.op_groups(launches)
+    assert [g for g, _ in groups] == ["embed", "L0.qkv", "L0.rope_append", "L0.o_proj", "lm_head"]
+    assert [len(ls) for _, ls in groups] == [1, 2, 1, 2, 1]
+    tally = twin_ops.Tally()
+    ref = np.array([[1.0, 2.0, 3.0, 4.0]])  # exact in bf16
+    tally.add("op", ref, ref + [[0, 0, 0, 2 ** -5]], ref)  # torch one bf16 ulp off in 1 of 4
+    (row,) = tally.rows(B=1)
+    assert (row["rg_ne_torch"], row["rg_ne_ref"], row["torch_ne_ref"]) == (0.25, 0.0, 0.25)
+    assert row["max_rel"] == pytest.approx(2 ** -5 / 4)
