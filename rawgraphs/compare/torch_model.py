@@ -11,9 +11,10 @@ float64 and stored as fp32 tables, as the ``rope_append`` kernel does.
 Two places where the obvious PyTorch op rounds differently from the kernels (measured on the H200 with torch
 2.11, feeding torch the kernels' own inputs, ``small``):
 
-- residual adds: ``torch.addmm(x, a, W.t())`` on bf16 CUDA tensors rounds ``a @ W^T`` to bf16 before adding
-  ``x``: ~20% of the new residual elements differed from the kernels' ``bf16(float(x) + fp32 sum)`` by one
-  ulp. Here the product is taken in fp32 (``mm(out_dtype=fp32)``), added to ``x`` in fp32, rounded once.
+- residual adds: ``torch.addmm(x, a, W.t())`` on bf16 CUDA tensors: ~20% of the new residual elements
+  differed from the kernels' ``bf16(float(x) + fp32 sum)`` by one ulp, the rate of rounding ``a @ W^T`` to
+  bf16 before the add (a double rounding; 21% in a NumPy simulation; on the CPU it rounds once). Here the
+  product is taken in fp32 (``mm(out_dtype=fp32)``), added to ``x`` in fp32, rounded once.
 - attention: ``F.scaled_dot_product_attention`` on bf16 tensors rounds the softmax probabilities to bf16
   before multiplying by V (~17% of outputs one ulp off). Here scores, softmax and probabilities @ V are fp32
   matmuls, rounded once, as the attention kernel.
