@@ -195,7 +195,7 @@ def _rank_main(rank: int, size: int, gpu: str, ids, results, job: bytes) -> None
         else:
             uid = ids.get(timeout=INIT_TIMEOUT_S)
         with Communicator.init(uid, rank, size) as comm:
-            result = fn(comm, *args)
+            result = pickle.dumps(fn(comm, *args))  # here, so an unpicklable result is this rank's error
             gc.collect()  # graphs that captured comm's collectives are destroyed before the communicator
         results.put((rank, True, result))
     except BaseException:  # noqa: B036 - reported to the parent, which raises it
@@ -235,7 +235,7 @@ def run_ranks(fn: Callable, size: int, *args) -> list:
                 continue
             if not ok:
                 raise RuntimeError(f"tensor-parallel rank {rank} of {size} failed:\n{value}")
-            out[rank] = value
+            out[rank] = pickle.loads(value)
     finally:
         for p in procs:
             p.join(timeout=30 if len(out) == size else 0)
