@@ -213,8 +213,7 @@ def run_ranks(fn: Callable, size: int, *args) -> list:
     gpus = _visible_gpus()
     if size < 1 or size > len(gpus):
         raise ValueError(f"tensor parallelism {size} needs {size} GPUs; this machine shows {len(gpus)}")
-    if not nccl_available():
-        _nccl()  # raises NcclUnavailableError with the fix
+    _nccl()  # NcclUnavailableError, with the fix, before any process starts
     ctx = mp.get_context("spawn")  # a fresh process per rank: CUDA cannot be forked
     ids, results = ctx.Queue(), ctx.Queue()
     job = pickle.dumps((fn, args))
