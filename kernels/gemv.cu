@@ -478,9 +478,9 @@ __device__ __forceinline__ void stage_x(bf16* xs, const bf16* __restrict__ x, co
         *reinterpret_cast<uint4*>(xs + (k - k0)) = load_x8(x, norm, XOP, inv, b, K, k);
 }
 
-// One pass per NB batch rows: x rows [b0, b0 + nb) staged as xs[nb][k1 - k0], each weight chunk multiplied
-// with all of them (a weight is read once per pass).
-template <int XOP, int NB>
+// One pass per batch row: x[b] staged as xs[k1 - k0] after the wait. LATE: let the next kernel launch only once
+// this warp's last chunk is issued (else right after the first ring is issued).
+template <int XOP, bool LATE>
 __device__ __forceinline__ void gemv_persist_body(void* y, const bf16* __restrict__ x, const bf16* __restrict__ w,
                                                   const bf16* __restrict__ norm, int B, int N, int K, int k0,
                                                   int k1, int mode, float eps, int parts) {
@@ -492,90 +492,94 @@ __device__ __forceinline__ void gemv_persist_body(void* y, const bf16* __restric
     const int kc = k1 - k0, chunks = (kc + PIPE_CHUNK - 1) / PIPE_CHUNK;
     const int mine = part < chunks ? (chunks - part + parts - 1) / parts : 0;
     const int rows = group < N ? (N - 1 - group) / groups + 1 : 0;
-    bf16* rings = reinterpret_cast<bf16*>(pipe_raw);         // [nwarps][PIPE_STAGES][PIPE_CHUNK]
-    bf16* xs = rings + nwarps * PIPE_STAGES * PIPE_CHUNK;     // [NB][kc] the pass's input rows
-    float* red = reinterpret_cast<float*>(xs + NB * kc);      // [2][NB][nwarps] partials (parts > 1)
+    bf16* rings = reinterpret_cast<bf16*>(pipe_raw);      // [nwarps][PIPE_STAGES][PIPE_CHUNK]
+    bf16* xs = rings + nwarps * PIPE_STAGES * PIPE_CHUNK;  // [kc] the pass's input row
+    float* red = reinterpret_cast<float*>(xs + kc);        // [2][nwarps] partials (parts > 1)
     RowStream st{rings + warp * PIPE_STAGES * PIPE_CHUNK, K, k0, k1, groups, part, parts, mine, 0, 0, 0, nullptr};
-    for (int b0 = 0; b0 < B; b0 += NB) {
-        const int nb = min(NB, B - b0);
+    for (int b = 0; b < B; ++b) {
         st.left = rows * mine;
         st.j = st.slot = 0;
         st.row = w + (size_t)group * K;
 #pragma unroll
         for (int i = 0; i < PIPE_STAGES - 1; ++i) st.issue();
-        if (b0 == 0) pdl_begin();  // the first ring is in flight before the wait; x is read after it
-        __syncthreads();           // xs is free (every warp finished the previous pass)
-        for (int r = 0; r < nb; ++r) stage_x<XOP>(xs + r * kc, x, norm, b0 + r, K, k0, k1, eps, scratch);
+        if (b == 0) {  // the first ring is in flight before the wait; x is read after it
+            if (!LATE) pdl_launch_dependents();
+            pdl_wait();
+        }
+        bool trigger = LATE && b == B - 1;  // LATE: still to let the next kernel launch
+        if (trigger && st.left == 0) {
+            pdl_launch_dependents();
+            trigger = false;
+        }
+        __syncthreads();  // xs is free (every warp finished the previous pass)
+        stage_x<XOP>(xs, x, norm, b, K, k0, k1, eps, scratch);
         __syncthreads();
         int slot = 0;
         for (int r = 0, n = group; r < rows; ++r, n += groups) {
-            float acc[NB];
-#pragma unroll
-            for (int i = 0; i < NB; ++i) acc[i] = 0.0f;
+            float acc = 0.0f;
             for (int j = 0; j < mine; ++j) {
                 cp_async_wait<PIPE_STAGES - 2>();  // this chunk has landed (this lane's 16 bytes)
                 st.issue();                        // refills the slot the previous chunk used
+                if (trigger && st.left == 0) {     // this warp's last chunk is in flight
+                    pdl_launch_dependents();
+                    trigger = false;
+                }
                 const int kk = (part + j * parts) * PIPE_CHUNK + lane * 8;
                 if (k0 + kk < k1) {
-                    float wf[8];
+                    float wf[8], xf[8];
                     bf16x8_to_float(*reinterpret_cast<const uint4*>(st.ring + slot * PIPE_CHUNK + lane * 8), wf);
+                    bf16x8_to_float(*reinterpret_cast<const uint4*>(xs + kk), xf);
 #pragma unroll
-                    for (int i = 0; i < NB; ++i) {
-                        if (i < nb) {
-                            float xf[8];
-                            bf16x8_to_float(*reinterpret_cast<const uint4*>(xs + i * kc + kk), xf);
-#pragma unroll
-                            for (int e = 0; e < 8; ++e) acc[i] = fmaf(wf[e], xf[e], acc[i]);
-                        }
-                    }
+                    for (int e = 0; e < 8; ++e) acc = fmaf(wf[e], xf[e], acc);
                 }
                 slot = (slot + 1) % PIPE_STAGES;
             }
-#pragma unroll
-            for (int i = 0; i < NB; ++i) acc[i] = warp_sum(acc[i]);
+            acc = warp_sum(acc);
             if (parts == 1) {
-                if (lane == 0)
-                    for (int i = 0; i < nb; ++i) store_out(y, mode, blockIdx.y, B, N, b0 + i, n, acc[i]);
+                if (lane == 0) store_out(y, mode, blockIdx.y, B, N, b, n, acc);
                 continue;
             }
             // Double-buffered by row parity: a warp is at most one row ahead of its group's first warp.
-            float* rb = red + (r & 1) * NB * nwarps;
-            if (lane == 0)
-                for (int i = 0; i < nb; ++i) rb[i * nwarps + warp] = acc[i];
+            float* rb = red + (r & 1) * nwarps;
+            if (lane == 0) rb[warp] = acc;
             named_barrier(1 + warp / parts, 32 * parts);
             if (part == 0 && lane == 0) {
-                for (int i = 0; i < nb; ++i) {
-                    float v = 0.0f;
-                    for (int p = 0; p < parts; ++p) v += rb[i * nwarps + warp + p];
-                    store_out(y, mode, blockIdx.y, B, N, b0 + i, n, v);
-                }
+                float v = 0.0f;
+                for (int p = 0; p < parts; ++p) v += rb[warp + p];
+                store_out(y, mode, blockIdx.y, B, N, b, n, v);
             }
         }
         cp_async_wait<0>();  // only empty groups remain; the next pass starts from a quiet ring
     }
 }
 
-template <int XOP>
-__device__ __forceinline__ void gemv_persist_rows(void* y, const bf16* x, const bf16* w, const bf16* norm, int B,
-                                                  int N, int K, int k0, int k1, int mode, float eps, int parts) {
-    // Batch rows per pass: 4 from B = 4, 2 for B = 2, 3 (plans.py sizes the shared memory by the same rule).
-    if (B >= 4) gemv_persist_body<XOP, 4>(y, x, w, norm, B, N, K, k0, k1, mode, eps, parts);
-    else if (B >= 2) gemv_persist_body<XOP, 2>(y, x, w, norm, B, N, K, k0, k1, mode, eps, parts);
-    else gemv_persist_body<XOP, 1>(y, x, w, norm, B, N, K, k0, k1, mode, eps, parts);
+template <bool LATE>
+__device__ __forceinline__ void gemv_persist_xop(void* y, const bf16* x, const bf16* w, const bf16* norm, int B,
+                                                 int N, int K, int k_chunk, int mode, float eps, int x_op,
+                                                 int parts) {
+    const int k0 = blockIdx.y * k_chunk, k1 = min(K, k0 + k_chunk);
+    if (x_op == X_RMSNORM) gemv_persist_body<X_RMSNORM, LATE>(y, x, w, norm, B, N, K, k0, k1, mode, eps, parts);
+    else if (x_op == X_SILU) gemv_persist_body<X_SILU, LATE>(y, x, w, norm, B, N, K, k0, k1, mode, eps, parts);
+    else gemv_persist_body<X_PLAIN, LATE>(y, x, w, norm, B, N, K, k0, k1, mode, eps, parts);
 }
 
 // grid = (blocks, splits), block = (32 * warps,) (warps <= 8, a multiple of parts; parts in 1, 2, 4, 8),
-// dynamic shared = warps * PIPE_STAGES * 512 + 2 * k_chunk * rows + 8 * rows * warps bytes, rows = batch rows
-// per pass (min(B, 4); B = 3: 2).
+// dynamic shared = warps * (PIPE_STAGES * 512 + 8) + 2 * k_chunk bytes.
 extern "C" __global__ void __launch_bounds__(256, 4) gemv_persist(void* y, const bf16* __restrict__ x,
-                                                               const bf16* __restrict__ w,
-                                                               const bf16* __restrict__ norm, int B, int N,
-                                                               int K, int k_chunk, int mode, float eps,
-                                                               int x_op, int parts) {
-    const int k0 = blockIdx.y * k_chunk, k1 = min(K, k0 + k_chunk);
-    if (x_op == X_RMSNORM) gemv_persist_rows<X_RMSNORM>(y, x, w, norm, B, N, K, k0, k1, mode, eps, parts);
-    else if (x_op == X_SILU) gemv_persist_rows<X_SILU>(y, x, w, norm, B, N, K, k0, k1, mode, eps, parts);
-    else gemv_persist_rows<X_PLAIN>(y, x, w, norm, B, N, K, k0, k1, mode, eps, parts);
+                                                                  const bf16* __restrict__ w,
+                                                                  const bf16* __restrict__ norm, int B, int N,
+                                                                  int K, int k_chunk, int mode, float eps,
+                                                                  int x_op, int parts) {
+    gemv_persist_xop<false>(y, x, w, norm, B, N, K, k_chunk, mode, eps, x_op, parts);
+}
+
+// gemv_persist, but the next kernel may launch only once every warp has issued its last weight chunk.
+extern "C" __global__ void __launch_bounds__(256, 4) gemv_persist_late(void* y, const bf16* __restrict__ x,
+                                                                       const bf16* __restrict__ w,
+                                                                       const bf16* __restrict__ norm, int B, int N,
+                                                                       int K, int k_chunk, int mode, float eps,
+                                                                       int x_op, int parts) {
+    gemv_persist_xop<true>(y, x, w, norm, B, N, K, k_chunk, mode, eps, x_op, parts);
 }
 
 extern "C" __global__ void splitk_reduce(void* y, const float* __restrict__ partial, int B, int N, int splits,

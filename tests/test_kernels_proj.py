@@ -26,8 +26,8 @@ FILES = ["embedding", "rmsnorm", "gemv", "silu_mul", "sample"]
 GEMV_SHAPES = [(6144, 2048), (2048, 2048), (11264, 2048), (2048, 5632), (32000, 2048), (2304, 768),
                (768, 768), (768, 2048), (64, 64), (99, 40)]
 BATCHES = [1, 3, 8, 16, 37, 64, 256]
-VARIANTS = [("gemv", None), ("gemv_persist", None), ("gemv_persist", 3), ("gemv_mma", 1), ("gemv_mma", 3),
-            ("gemm_tc", None)]
+VARIANTS = [("gemv", None), ("gemv_persist", None), ("gemv_persist", 3), ("gemv_persist_late", None),
+            ("gemv_mma", 1), ("gemv_mma", 3), ("gemm_tc", None)]
 
 
 # ---------------------------------------------------------------- CPU: compile, signatures, plans, hash
@@ -54,6 +54,8 @@ def test_signatures():
                    "eps: f32, x_op: i32",
         "gemv_persist": "y: ptr, x: ptr, w: ptr, norm: ptr, B: i32, N: i32, K: i32, k_chunk: i32, mode: i32, "
                         "eps: f32, x_op: i32, parts: i32",
+        "gemv_persist_late": "y: ptr, x: ptr, w: ptr, norm: ptr, B: i32, N: i32, K: i32, k_chunk: i32, "
+                             "mode: i32, eps: f32, x_op: i32, parts: i32",
         "gemv_mma": "y: ptr, x: ptr, w: ptr, norm: ptr, B: i32, N: i32, K: i32, k_chunk: i32, mode: i32, "
                    "eps: f32, x_op: i32",
         "gemm_tc": "y: ptr, x: ptr, w: ptr, norm: ptr, B: i32, N: i32, K: i32, k_chunk: i32, mode: i32, "
@@ -339,24 +341,25 @@ def test_gemv_fused_input(mods, stream, rng, N, K, x_op):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("kernel", ["gemv_persist", "gemv_persist_late"])
 @pytest.mark.parametrize("x_op", ["plain", "rmsnorm", "silu_mul"])
-@pytest.mark.parametrize("N,K", [(2048, 5632), (2304, 768), (99, 40)])
-def test_gemv_persist_any_grid(mods, stream, rng, N, K, x_op):
+@pytest.mark.parametrize("N,K", [(2048, 5632), (2304, 768), (99, 40), (64, 9000)])
+def test_gemv_persist_any_grid(mods, stream, rng, N, K, x_op, kernel):
     """gemv_persist's warp groups stride over the rows, so any grid and any warps per row are correct, and a row
     is summed in the same order whichever group owns it: one block (every ring wrapping across rows), 3 blocks
-    and twice the planned grid give the planned grid's bytes (passes of 2 and 1 batch rows; split K where x
-    does not fit); 1, 2 and 8 warps per row match the reference."""
+    and twice the planned grid give the planned grid's bytes (K = 9000 splits: x fits in halves); 1, 2 and 8
+    warps per row match the reference."""
     eps = 1e-5
     w = bf16(rng.standard_normal((N, K)) / math.sqrt(K))  # [N, K]
     g = bf16(rng.uniform(0.5, 1.5, K))  # [K] norm weight
-    B = 3  # a pass of two batch rows, then one of a single row
+    B = 3
     x = bf16(rng.standard_normal((B, 2 * K if x_op == "silu_mul" else K)) * 3.0)  # [B, K] or [B, 2K]
     h = {"plain": lambda: x, "rmsnorm": lambda: ref.to_bf16(ref.rmsnorm(x, g, eps)),
          "silu_mul": lambda: ref.to_bf16(ref.silu_mul(x))}[x_op]()  # [B, K]: the input the kernel multiplies
     want = ref.linear(h, w)  # [B, N]
     wd, xd, gd = upload(w), upload(x), upload(g)
-    plan = gemv_plan(B, N, K, "f32", "gemv_persist", x_op=x_op)
-    ws = poisoned((max(plan.workspace_bytes, 1),), np.uint8, stream)  # K = 5632 splits at B = 3
+    plan = gemv_plan(B, N, K, "f32", kernel, x_op=x_op)
+    ws = poisoned((max(plan.workspace_bytes, 1),), np.uint8, stream)
     tol = dict(rtol=1e-5, atol=1e-4) if x_op == "plain" else dict(rtol=1e-2, atol=1e-2)
     runs = []
     for parts, blocks in ((plan.parts, plan.grid[0]), (plan.parts, 1), (plan.parts, 3), (plan.parts, 2 * plan.grid[0]),

@@ -93,7 +93,7 @@ class GemvPlan:
             raise ValueError("an rmsnorm-fused projection needs the norm weight")
         main = dict(x=x, w=w, norm=0 if norm is None else norm, B=B, N=N, K=K, k_chunk=self.k_chunk, eps=eps,
                     x_op=self.x_op)
-        if self.kernel == "gemv_persist":
+        if self.kernel.startswith("gemv_persist"):
             main["parts"] = self.parts
         if self.splits == 1:
             return [Launch(self.kernel, self.grid, self.block, self.shared,
@@ -137,11 +137,10 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         block, tiles = (128, 1, 1), math.ceil(N / GEMV_ROWS)
         splits, k_chunk = _splits(tiles, K, SMS, 512, splits)
         grid = (tiles, splits, 1)
-    elif kernel == "gemv_persist":
+    elif kernel in ("gemv_persist", "gemv_persist_late"):
         # One wave that fills every SM (4 blocks of 8 warps at 64 registers): each group of `parts` warps owns
         # ceil(N / groups) whole rows, so every warp streams the same bytes; a short N splits each row's chunks
-        # over 2-8 warps instead of leaving warps idle. x is staged per pass of `rows` batch rows.
-        rows = persist_batch_rows(B)
+        # over 2-8 warps instead of leaving warps idle. x is staged in shared memory, one batch row at a time.
         chunks = math.ceil(K / PERSIST_CHUNK)
         target = SMS * PERSIST_WARPS_PER_SM
         parts = 1
@@ -149,11 +148,11 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
             parts *= 2
         groups = math.ceil(N / math.ceil(N * parts / target)) if N * parts > target else N
         block = (32 * PERSIST_BLOCK_WARPS, 1, 1)
-        x_limit = (PERSIST_SHARED - PERSIST_BLOCK_WARPS * (PERSIST_RING + 8 * rows)) // (2 * rows) // 64 * 64
-        force = splits if splits is not None else math.ceil(K / x_limit)
-        splits, k_chunk = _splits(1, K, 1, 8, force)
+        rings = PERSIST_BLOCK_WARPS * (PERSIST_RING + 8)  # + 2 x fp32 partials per warp
+        x_limit = (PERSIST_SHARED - rings) // 2 // 64 * 64  # K elements per split
+        splits, k_chunk = _splits(1, K, 1, 8, splits if splits is not None else math.ceil(K / x_limit))
         grid = (math.ceil(groups * parts / PERSIST_BLOCK_WARPS), splits, 1)
-        shared = PERSIST_BLOCK_WARPS * (PERSIST_RING + 8 * rows) + 2 * k_chunk * rows
+        shared = rings + 2 * k_chunk
     elif kernel == "gemv_mma":
         # Measured: 128 blocks (N = 2048) unsplit beat 2 or 3 splits (the reduce launch costs more than the
         # idle SMs), so split only grids below half the SMs.
@@ -165,19 +164,14 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         splits, k_chunk = _splits(tm * tn, K, 2 * SMS, 256, splits)
         grid = (tm, tn, splits)
     else:
-        raise ValueError(f"unknown gemv kernel {kernel!r}; one of gemv, gemv_persist, gemv_mma, gemm_tc")
+        raise ValueError(f"unknown gemv kernel {kernel!r}; one of gemv, gemv_persist, gemv_persist_late, "
+                         "gemv_mma, gemm_tc")
     mode = OUT_MODES[out]
     if splits == 1:
         return GemvPlan(kernel, grid, block, shared, 1, k_chunk, mode, mode, X_OPS[x_op], 0, None, parts)
     reduce_grid = (math.ceil(B * N / REDUCE_THREADS), 1, 1)
     return GemvPlan(kernel, grid, block, shared, splits, k_chunk, PARTIAL, mode, X_OPS[x_op], 4 * splits * B * N,
                     reduce_grid, parts)
-
-
-def persist_batch_rows(B: int) -> int:
-    """Batch rows per pass of ``gemv_persist`` (its x rows staged in shared memory): 4 from B = 4, else 2 from
-    B = 2, else 1 (the rule of ``gemv_persist_rows`` in gemv.cu)."""
-    return 4 if B >= 4 else 2 if B >= 2 else 1
 
 
 def max_workspace_bytes(batch_sizes: Iterable[int], shapes: Iterable[tuple[int, int]]) -> int:
