@@ -56,6 +56,7 @@ from rawgraphs.memory import DeviceBuffer
 A, B, B_NEW = 1.0, 1.0, 2.0  # axpb's a and b; b of every node after an update
 NODES = (10, 100, 350)
 SAME_CUBIN, TORCH_KERNEL = "axpb (same cubin)", "torch.add (torch's own kernel)"
+RAW = "raw cuda.bindings"  # the framework every ratio is taken to
 F32, I32 = np.float32, np.int32
 
 
@@ -224,11 +225,11 @@ def raw_framework(bench: Bench) -> Framework:
 
         return set_b
 
-    route = bench.route("raw cuda.bindings", "explicit cuGraphAddKernelNode", build)
+    route = bench.route(RAW, "explicit cuGraphAddKernelNode", build)
     eager = {("noop", "raw cuLaunchKernel (packed)"): raw_packed(Case(bench.noop, NOOP_SHAPE, {}), stream),
              ("axpb", "raw cuLaunchKernel (packed)"): raw_packed(Case(axpb, SHAPE, bench.eager_named), stream)}
-    return Framework("raw cuda.bindings", SAME_CUBIN, eager, [route],
-                     [Update("raw cuda.bindings", "cuGraphExecKernelNodeSetParams (prebuilt params)", route,
+    return Framework(RAW, SAME_CUBIN, eager, [route],
+                     [Update(RAW, "cuGraphExecKernelNodeSetParams (prebuilt params)", route,
                              setter)], bench.eager_out)
 
 
@@ -330,6 +331,20 @@ def cuda_core_framework(bench: Bench, notes: list[str]) -> Framework:
         g = gd.instantiate()
         return Built(lambda: g.launch(s), g.close, nodes, (g, gd))
 
+    def definition_raw_launch(n: int, b: float) -> Built:
+        """The definition route's graph launched by a raw cuGraphLaunch of its handle: splits cuda.core's
+        Graph.launch cost into the binding's and the driver's share."""
+        built = definition(n, b)
+        launch_fn, h, sh = driver.cuGraphLaunch, built.exe[0].handle, bench.stream.handle
+
+        def raw_launch() -> None:
+            err, = launch_fn(h, sh)
+            if err:
+                check((err,), "cuGraphLaunch")
+
+        built.launch = raw_launch
+        return built
+
     def per_node(built: Built, n: int) -> Callable[[float], None]:
         g, ptrs = built.exe[0], [bench.pointers(i) for i in range(n)]
 
@@ -358,7 +373,8 @@ def cuda_core_framework(bench: Bench, notes: list[str]) -> Framework:
     eager = {("noop", "cuda.core launch"): lambda: launch(s, noop_cfg, k_noop),
              ("axpb", "cuda.core launch"): lambda: launch(s, cfg, k_axpb, *eager_args)}
     return Framework("cuda.core", SAME_CUBIN, eager,
-                     [bench.route("cuda.core", "capture GraphBuilder", builder), explicit],
+                     [bench.route("cuda.core", "capture GraphBuilder", builder), explicit,
+                      bench.route("cuda.core", "GraphDefinition, raw cuGraphLaunch", definition_raw_launch)],
                      [Update("cuda.core", "graph[node].update", explicit, per_node if has_views else None),
                       Update("cuda.core", "KernelNode.update + Graph.update (whole graph)", explicit, whole)],
                      bench.eager_out)
@@ -486,7 +502,7 @@ def measure_eager(frameworks: list[Framework], bench: Bench, iters: int, repeats
             if fails.attempt(f"eager {method} ({kernel})", check_one):
                 launches[kernel, method], owner[kernel, method] = launch, fw
     samples = measure(launches, bench.stream, iters, repeats)
-    raw = {k: med(s) for (k, m), s in samples.items() if m.startswith("raw")}
+    raw = {k: med(s) for (k, m), s in samples.items() if owner[k, m].name == RAW}
     rows, table = [], []
     for (kernel, method), s in samples.items():
         fw = owner[kernel, method]
@@ -538,7 +554,7 @@ def measure_chain(routes: list[Route], n: int, bench: Bench, counts: dict, gpu_u
     for _ in range(counts["rounds"]):  # interleaved rounds: slow drift touches every route alike
         for key, (_, built, _) in live.items():
             host[key] += time_host(built.launch, warmup=0, iters=iters, repeats=1, sync=stream.synchronize)
-    raw_host = next((med(h) for (f, _), h in host.items() if f.startswith("raw")), None)
+    raw_host = next((med(h) for (f, _), h in host.items() if f == RAW), None)
     for key, (r, built, build_ms) in live.items():
         gpu = [us / n for us in gpu_us(built.launch)]
         fails.attempt(f"graph {r.framework} {r.route} ({n} nodes) after timing",
@@ -597,7 +613,7 @@ def measure_updates(updates: list[Update], bench: Bench, repeats: int, fails: Fa
                                  nodes=n))
             table.append({"framework": u.framework, "api": u.api, "us/node": med(samples),
                           f"ms for {n}": med(samples) * n / 1e3})
-    raw = next((t["us/node"] for t in table if t["framework"].startswith("raw") and t["us/node"]), None)
+    raw = next((t["us/node"] for t in table if t["framework"] == RAW and t["us/node"]), None)
     for t in table:
         t["ratio to raw"] = t["us/node"] / raw if raw and t["us/node"] else None
     return rows, table

@@ -3,6 +3,7 @@ host-side fake frameworks (a wrong result must cost its row loudly, never get ti
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -117,6 +118,13 @@ def fake_bench():
     return SimpleNamespace(stream=SimpleNamespace(synchronize=lambda: None), chain=SimpleNamespace(x_host=X))
 
 
+def slow(launch):
+    def run():
+        time.sleep(20e-6)
+        launch()
+    return run
+
+
 def gpu_us(launch):
     launch()
     return [2.0, 4.0]
@@ -125,22 +133,26 @@ def gpu_us(launch):
 def test_measure_eager_times_checked_launches_and_drops_a_wrong_one():
     good, bad = FakeDevice(), FakeDevice(wrong=True)
     frameworks = [
-        fw.Framework("raw", fw.SAME_CUBIN, {("axpb", "raw x"): good.eager(), ("noop", "raw x"): lambda: None},
+        fw.Framework(fw.RAW, fw.SAME_CUBIN, {("axpb", "raw x"): good.eager(), ("noop", "raw x"): lambda: None},
                      [], [], good.eager_check),
+        fw.Framework("rawgraphs", fw.SAME_CUBIN, {("axpb", "rawgraphs z"): slow(good.eager())}, [], [],
+                     good.eager_check),
         fw.Framework("bad", fw.TORCH_KERNEL, {("axpb", "bad y"): bad.eager()}, [], [], bad.eager_check),
     ]
     fails = fw.Failures()
     rows, table = fw.measure_eager(frameworks, fake_bench(), iters=3, repeats=2, fails=fails)
-    assert [(r["kernel"], r["method"]) for r in rows] == [("axpb", "raw x"), ("noop", "raw x")]
+    assert [(r["kernel"], r["method"]) for r in rows] == [("axpb", "raw x"), ("noop", "raw x"),
+                                                          ("axpb", "rawgraphs z")]
     assert all(len(r["samples"]) == 2 and r["unit"] == "us" for r in rows)
-    assert [t["ratio to raw"] for t in table] == [1.0, 1.0]
+    ratios = [t["ratio to raw"] for t in table]
+    assert ratios[:2] == [1.0, 1.0] and ratios[2] > 1.0  # the reference is the raw framework, not "raw..."
     assert len(fails.failed) == 1 and fails.failed[0].startswith("eager bad y (axpb): AssertionError")
 
 
 def test_measure_chain_rows_per_route_and_a_wrong_route_is_not_timed():
     good, bad = FakeDevice(), FakeDevice(wrong=True)
     fails = fw.Failures()
-    rows, table = fw.measure_chain([good.route("raw"), bad.route("other")], 10, fake_bench(), COUNTS, gpu_us,
+    rows, table = fw.measure_chain([good.route(fw.RAW), bad.route("other")], 10, fake_bench(), COUNTS, gpu_us,
                                    fails)
     assert [r["question"] for r in rows] == ["graph build + instantiate", "graph host per launch",
                                              "graph GPU per node"]
@@ -154,20 +166,21 @@ def test_measure_chain_rows_per_route_and_a_wrong_route_is_not_timed():
 
 def test_measure_updates_checks_each_route_and_reports_missing_apis():
     dev = FakeDevice()
-    route = dev.route("raw")
+    route = dev.route(fw.RAW)
 
     def setter(built, n):
         return lambda b: built.exe.update(b=b)
 
-    updates = [fw.Update("raw", "set params", route, setter),
+    updates = [fw.Update(fw.RAW, "set params", route, setter),
                fw.Update("cupy", "none public: recapture + instantiate", route, None, recapture=True),
                fw.Update("cuda.core", "graph[node].update", route, None),
                fw.Update("broken", "forgets the value", route, lambda built, n: lambda b: None)]
     fails = fw.Failures()
     rows, table = fw.measure_updates(updates, fake_bench(), COUNTS["update"], fails)
-    assert [(r["framework"], r["nodes"], len(r["samples"])) for r in rows] == [("raw", 350, 3), ("cupy", 350, 3)]
+    assert [(r["framework"], r["nodes"], len(r["samples"])) for r in rows] == [(fw.RAW, 350, 3), ("cupy", 350, 3)]
     by = {t["framework"]: t for t in table}
-    assert by["raw"]["ratio to raw"] == 1.0 and by["raw"]["ms for 350"] > 0
+    assert by[fw.RAW]["ratio to raw"] == 1.0 and by[fw.RAW]["ms for 350"] > 0
+    assert by["cupy"]["ratio to raw"] > 0
     assert by["cuda.core"]["us/node"] is None and "not available" in by["cuda.core"]["api"]
     assert "broken" not in by
     assert len(fails.failed) == 1 and "update broken forgets the value" in fails.failed[0]
