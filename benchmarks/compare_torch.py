@@ -3,14 +3,25 @@
 Same seeded weights (``Weights.random(cfg, seed)``), same prompts, same process and CUDA context. For each model
 (``small``, ``1b``) and batch (1, 8, 64; ``--quick``: ``small`` at 1, 8):
 
-  tokens   greedy tokens of rawgraphs (captured graph on a ``DecodeModel``) against ``TorchDecoder``'s
-           ``torch.cuda.CUDAGraph`` for 32 new tokens after a 6-token prompt, both running free (each feeds back
-           its own tokens). Reported: the steps all rows agree (issue 7 asks for 32), rows agreeing on all 32,
-           the first differing token with both models' logit margins there, and the largest logit difference
-           while both had the same inputs. Next to it, the floor any non-bit-identical implementation faces:
-           row 0 (the same prompt at every B) of rawgraphs at this B against rawgraphs at B=1 (other kernels,
-           other fp32 summation order), and the same for torch. Torch eager against torch graph must agree
-           exactly: that is a self-check (exit code 1 if not).
+  tokens   the twin check with forced inputs. rawgraphs (captured graph on a ``DecodeModel``) decodes 32 new
+           tokens after a 6-token prompt running free (greedy, its own tokens); ``TorchDecoder``'s
+           ``torch.cuda.CUDAGraph`` is fed rawgraphs' tokens at every step (same prompt, positions and inputs),
+           so the two are compared on identical inputs at every step (fp32 logits [B, V] of both kept).
+           The noise bound ``tau`` does not depend on the twin: rawgraphs against itself with other kernels,
+           the largest |logit difference| of row 0 (the same prompt at every B) between this B and B=1 fed
+           the same tokens (at B=1: against B=8). Verdict, per model and B (``agreement.forced_verdict``):
+           PASS iff (a) max |twin - rawgraphs logits| <= 2 tau over every step, row and token, and (b) every
+           new token the twin decides differently from rawgraphs (argmax, lowest index on ties) is a near-tie:
+           rawgraphs' margin logits_rg[tok_rg] - logits_rg[tok_twin] <= 2 tau. Printed as "twin tokens (forced
+           inputs) ... PASS/MISS" with tau, the twin's max difference, the disagreements of the 32 x B
+           decisions and their largest margin.
+           Why not literal free-running equality: these random-weight models are chaotic (logit std 1 over
+           32000 tokens, top-2 gaps often < 0.01, one changed bf16 rounding grows to ~0.07 in the logits);
+           rawgraphs against itself (row 0 at B=8 vs B=1) agrees for only 19 of 32 free-running steps on
+           ``small``. The free-running agreement (both running free: steps all rows agree, rows agreeing on all
+           32, first difference and its margins, and rawgraphs' own row 0 against B=1) is still printed, for
+           information. Torch eager against torch graph must agree exactly: that is a self-check (exit code 1
+           if not).
   time     GPU time per step (CUDA events: ``time_gpu`` for rawgraphs, ``torch.cuda.Event`` for torch), host time
            per step (enqueue cost), capture time and graph memory, for rawgraphs eager / graph, torch eager /
            CUDAGraph, and torch.compile(mode="reduce-overhead") for ``1b`` at B=1 when it compiles within 120 s
@@ -37,15 +48,25 @@ from pathlib import Path
 from rawgraphs.bench import BenchResult, collect_metadata, format_table, make_row, plot_bars, time_gpu, time_host
 from rawgraphs.bench.stats import summarize
 from rawgraphs.compare import TorchDecoder, match_length, time_torch
-from rawgraphs.compare.agreement import first_divergence, prefix_lengths, same_input_logit_diff
+from rawgraphs.compare.agreement import (
+    ForcedVerdict,
+    first_divergence,
+    forced_verdict,
+    prefix_lengths,
+    row_noise,
+    run_forced,
+    same_input_logit_diff,
+)
 from rawgraphs.context import Stream, device, gpu_available
-from rawgraphs.model import ModelConfig, Weights
+from rawgraphs.model import ModelConfig, Weights, make_block_tables
+from rawgraphs.model.blocks import BLOCK_SIZE
 from rawgraphs.model.decode import DecodeModel
 from rawgraphs.model.generate import generate, model_step, step_runner
 
 PROMPT = [1, 10, 100, 200, 300, 400]
 N_NEW = 32
 MAX_LEN = 48  # torch cache slots: prompt - 1 + N_NEW = 37 rounded up to 16
+REF_B = 8  # the batch size rawgraphs at B=1 is compared with for tau
 TARGET = 0.25
 COMPILE_BUDGET_S = 120.0
 TIMING = {"warmup": 3, "iters": 10, "repeats": 10}
@@ -66,6 +87,43 @@ def self_floor(base: tuple[list[list[int]], list], tokens: list[list[int]], logi
     """Row 0 at this batch size against row 0 at B=1 (``base``): steps agreeing, max same-input logit diff."""
     t0, l0 = row0(tokens, logits)
     return prefix_lengths(base[0], t0)[0], same_input_logit_diff(base[0], t0, base[1], l0, len(PROMPT))
+
+
+def rg_logits_step(rg: DecodeModel, B: int, stream: Stream):
+    """rawgraphs' eager step for ``B`` rows as (tokens [B], positions [B]) -> fp32 logits [B, V]; row ``b``
+    keeps its KV cache in blocks ``b * nb .. (b + 1) * nb - 1``. Eager launches are the kernels its graph
+    replays, so the numbers are those of the graph at this ``B``."""
+    nb = -(-MAX_LEN // BLOCK_SIZE)
+    tables = make_block_tables([list(range(b * nb, (b + 1) * nb)) for b in range(B)], rg.max_blocks)
+    step = model_step(rg, B, stream, "eager")
+
+    def logits(tokens, positions):
+        step(tokens, positions, tables)  # waits for the stream
+        return rg.read_logits(B).copy()
+
+    return logits
+
+
+def twin_logits_step(tm: TorchDecoder, B: int):
+    """The twin's CUDAGraph step for ``B`` rows as (tokens [B], positions [B]) -> fp32 logits [B, V]."""
+
+    def logits(tokens, positions):
+        tm.step_graph(tokens, positions)
+        return tm.read_logits(B)
+
+    return logits
+
+
+def forced_check(rg: DecodeModel, tm: TorchDecoder, stream: Stream, prompts: list[list[int]],
+                 rg_tokens: list[list[int]], rg_logits: list) -> ForcedVerdict:
+    """The forced-input twin check of one batch: the twin fed rawgraphs' tokens, judged against ``tau`` =
+    rawgraphs' row 0 at this B against rawgraphs at B=1 (at B=1: at ``REF_B``) on the same tokens."""
+    B = len(prompts)
+    twin = run_forced(twin_logits_step(tm, B), prompts, rg_tokens, N_NEW)  # [B, V] per step
+    ref_b = REF_B if B == 1 else 1
+    forced = [rg_tokens[0]] + [None] * (ref_b - 1)  # the other rows of the REF_B run decode freely
+    ref = run_forced(rg_logits_step(rg, ref_b, stream), prompts_for(rg.cfg, ref_b), forced, N_NEW)
+    return forced_verdict(rg_tokens, rg_logits, twin, row_noise(rg_logits, ref), len(PROMPT))
 
 
 def check_tokens(model: str, rg: DecodeModel, tm: TorchDecoder, B: int, stream: Stream, dev,
@@ -96,7 +154,11 @@ def check_tokens(model: str, rg: DecodeModel, tm: TorchDecoder, B: int, stream: 
         base["rg"], base["torch"] = row0(rg_tokens, rg_gen.logits), row0(t_graph, t_logits)
     rg_self, rg_self_dl = self_floor(base["rg"], rg_tokens, rg_gen.logits) if base else (None, None)
     t_self, t_self_dl = self_floor(base["torch"], t_graph, t_logits) if base else (None, None)
-    return {"model": model, "batch": B, "rg_vs_torch": match, "rows_equal": sum(n == N_NEW for n in lengths),
+    verdict = forced_check(rg, tm, stream, ps, rg_tokens, rg_gen.logits)
+    return {"model": model, "batch": B, "verdict": verdict, "forced": "PASS" if verdict.passed else "MISS",
+            "tau": f"{verdict.tau:.3g}", "bound": f"{verdict.bound:.3g}", "twin_dlogit": f"{verdict.max_diff:.3g}",
+            "disagree": f"{verdict.disagreements}/{verdict.decisions}", "worst_margin": f"{verdict.worst_margin:.3g}",
+            "rg_vs_torch": match, "rows_equal": sum(n == N_NEW for n in lengths),
             "mean_prefix": sum(lengths) / B,
             "first_diff": None if div is None else f"{div.step} (row {div.row})",
             "margins": None if div is None else f"{div.margin_a:.3g} / {div.margin_b:.3g}",
@@ -169,7 +231,7 @@ def run_model(model: str, batches: tuple[int, ...], seed: int, quick: bool, timi
     for B in batches:
         check = check_tokens(model, rg, tm, B, stream, dev, base)
         checks.append(check)
-        line = f"  B={B}: tokens rawgraphs vs torch graph equal for {check['rg_vs_torch']}/{N_NEW} steps"
+        line = "  " + check["verdict"].line(f"{model} B={B}")
         if timing:
             compile_here = not quick and model == "1b" and B == 1
             rows += time_case(model, rg, tm, B, stream, check, compile_here, notes)
@@ -233,14 +295,21 @@ def main(argv: list[str] | None = None) -> int:
             checks += c
             rows += r
     print()
+    print(format_table(checks, ["model", "batch", ("tau", "tau (rg vs rg)"), ("bound", "2 tau"),
+                                ("twin_dlogit", "twin max |dlogit|"),
+                                ("disagree", "decisions differing"), ("worst_margin", "largest rg margin"),
+                                ("forced", "verdict (<= 2 tau)"), ("torch_eager_vs_graph", "torch eager=graph")],
+                       title=f"twin tokens, forced inputs: torch fed rawgraphs' {N_NEW} greedy tokens after a "
+                             f"{len(PROMPT)}-token prompt"))
+    print()
     print(format_table(checks, ["model", "batch", ("rg_vs_torch", "rawgraphs=torch steps"),
                                 ("rows_equal", f"rows {N_NEW}/{N_NEW}"), ("mean_prefix", "mean steps/row"),
                                 ("first_diff", "first diff"), ("margins", "margins rg / torch"),
                                 ("dlogit", "max |dlogit| same inputs"), ("logit_std", "logit std"),
                                 ("rg_row0_vs_b1", "rg row0 = rg B=1"), ("rg_row0_dlogit", "its |dlogit|"),
-                                ("torch_row0_vs_b1", "torch row0 = torch B=1"),
-                                ("torch_eager_vs_graph", "torch eager=graph"), "steps"],
-                       title=f"greedy tokens, {N_NEW} steps after a {len(PROMPT)}-token prompt (both run free)"))
+                                ("torch_row0_vs_b1", "torch row0 = torch B=1"), "steps"],
+                       title=f"for information: greedy tokens, {N_NEW} steps after a {len(PROMPT)}-token prompt, "
+                             f"both running free"))
     if rows:
         print()
         print(format_table(rows, ["model", "batch", "method", ("summary.median", "GPU us/step"),
@@ -249,20 +318,26 @@ def main(argv: list[str] | None = None) -> int:
                               ("x_torch_graph", "x torch graph")],
                            title="decode step (graph MiB: rawgraphs free-memory drop; torch graph pool reserved)"))
     target = target_line(rows)
+    verdicts = [c["verdict"].line(f"{c['model']} B={c['batch']}") for c in checks]
     print()
     print(target)
+    print("\n".join(verdicts))
     broken = [c for c in checks if c["torch_eager_vs_graph"] != N_NEW]
     for c in checks:
         if c["rg_vs_torch"] != N_NEW:
-            notes.append(f"{c['model']} B={c['batch']}: rawgraphs and torch tokens agree for the first "
+            notes.append(f"{c['model']} B={c['batch']}: running free, rawgraphs and torch tokens agree for the first "
                          f"{c['rg_vs_torch']} of {N_NEW} steps in every row ({c['rows_equal']}/{c['batch']} rows "
                          f"agree on all); first difference at new token {c['first_diff']} with logit margins "
                          f"{c['margins']} (rawgraphs / torch) against a same-input logit difference up to "
                          f"{c['dlogit']:.3g}")
-    notes.append(target)
-    keep = ("model", "batch", "rg_vs_torch", "rows_equal", "mean_prefix", "divergence", "dlogit", "logit_std",
-            "rg_row0_vs_b1", "rg_row0_dlogit", "torch_row0_vs_b1", "torch_row0_dlogit", "torch_eager_vs_graph",
-            "steps", "rg_capture_ms", "rg_graph_mib", "torch_capture_ms", "torch_graph_mib", "torch_graph_alloc_mib")
+    printed = len(notes)  # the notes after these were printed above
+    notes += [target] + verdicts
+    for c in checks:
+        c["forced_check"] = {**vars(c["verdict"]), "passed": c["verdict"].passed}
+    keep = ("model", "batch", "forced_check", "rg_vs_torch", "rows_equal", "mean_prefix", "divergence", "dlogit",
+            "logit_std", "rg_row0_vs_b1", "rg_row0_dlogit", "torch_row0_vs_b1", "torch_row0_dlogit",
+            "torch_eager_vs_graph", "steps", "rg_capture_ms", "rg_graph_mib", "torch_capture_ms", "torch_graph_mib",
+            "torch_graph_alloc_mib")
     result = BenchResult("compare_torch", collect_metadata(import_torch=True),
                          params={"quick": args.quick, "tokens_only": args.tokens, "seed": args.seed,
                                  "prompt": PROMPT, "n_new": N_NEW, "torch_max_len": MAX_LEN, "timing": TIMING,
@@ -275,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as e:  # matplotlib is the optional [bench] extra
         print(f"no PNG: {e}")
     print(f"wrote {', '.join(str(p) for p in paths)} in {time.perf_counter() - t0:.0f} s")
-    for n in notes[:-1]:
+    for n in notes[:printed]:
         print("note:", n)
     if broken:
         print(f"SELF-CHECK FAILED: torch eager and torch CUDAGraph tokens differ for "
