@@ -16,7 +16,14 @@ import numpy as np
 import pytest
 
 from rawgraphs.compare import bf16_bits, key_mask, match_length, rope_tables
-from rawgraphs.compare.agreement import first_divergence, prefix_lengths, same_input_logit_diff
+from rawgraphs.compare.agreement import (
+    first_divergence,
+    forced_verdict,
+    prefix_lengths,
+    row_noise,
+    run_forced,
+    same_input_logit_diff,
+)
 from rawgraphs.model import ModelConfig
 from rawgraphs.model.reference import rope
 
@@ -209,3 +216,112 @@ def test_twin_ops_groups_a_projection_with_its_reduce_and_tallies_differences():
     (row,) = tally.rows(B=1)
     assert (row["rg_ne_torch"], row["rg_ne_ref"], row["torch_ne_ref"]) == (0.25, 0.0, 0.25)
     assert row["max_rel"] == pytest.approx(2 ** -5 / 4)
+
+
+def test_run_forced_feeds_the_forced_tokens_and_free_rows_their_own_argmax():
+    P, n, V = 3, 4, 11
+    prompts = [[1, 2, 3], [4, 5, 6]]
+    forced = [[7, 8, 9, 10], None]  # row 1 runs free
+    seen = []
+
+    def step(tokens, positions):  # argmax of every row: (token + 2) % V
+        seen.append((tokens.tolist(), positions.tolist()))
+        out = np.zeros((len(tokens), V), np.float32)  # [B, V]
+        out[np.arange(len(tokens)), (tokens + 2) % V] = 1.0
+        return out
+
+    logits = run_forced(step, prompts, forced, n)
+    assert len(logits) == P - 1 + n and logits[0].shape == (2, V)
+    assert [p for _, p in seen] == [[t, t] for t in range(P - 1 + n)]
+    row0 = [t[0] for t, _ in seen]
+    row1 = [t[1] for t, _ in seen]
+    assert row0 == [1, 2, 3, 7, 8, 9]  # the prompt, then the forced tokens (the last one is decided, never fed)
+    assert row1 == [4, 5, 6, 8, 10, 1]  # its own choices: 6 + 2, 8 + 2, (10 + 2) % 11
+    with pytest.raises(ValueError, match="4 tokens"):
+        run_forced(step, prompts, [[7, 8], None], n)
+
+
+def test_row_noise_is_the_largest_difference_of_one_row(rng):
+    a = _logits(rng, 5, 3, 8)
+    b = [x.copy() for x in a]
+    b[2][0, 4] += 0.125
+    b[3][1, 0] -= 9.0  # another row: not looked at
+    assert row_noise(a, b) == pytest.approx(0.125)
+    assert row_noise(a, b, row=1) == pytest.approx(9.0)
+
+
+def test_forced_verdict_bounds_the_logits_and_the_margins_of_disagreements(rng):
+    P, n, B, V = 2, 3, 2, 6
+    rg = _logits(rng, P - 1 + n, B, V)
+    tokens = [[int(np.argmax(rg[P - 1 + i][b])) for i in range(n)] for b in range(B)]
+    twin = [x + 0.01 * rng.standard_normal(x.shape).astype(np.float32) for x in rg]
+    v = forced_verdict(tokens, rg, twin, tau=0.1, prompt_len=P)
+    small = max(float(np.abs(a - b).max()) for a, b in zip(rg, twin))
+    assert (v.bound, v.decisions, v.max_diff) == (0.2, B * n, pytest.approx(small))
+    assert v.disagreements == 0 and v.worst_margin == 0.0 and v.passed
+    assert "PASS" in v.line("x B=2") and "0/6 decisions" in v.line("x B=2")
+    assert not forced_verdict(tokens, rg, twin, tau=small / 2.5, prompt_len=P).passed  # (a): logits too far
+
+    # the twin prefers another token at one decision: it moves both top tokens half their gap (and 1e-3) apart
+    s, b = P - 1 + 1, 1
+    order = np.argsort(rg[s][b])  # ascending
+    top, second = int(order[-1]), int(order[-2])
+    gap = float(rg[s][b][top] - rg[s][b][second])
+    flipped = [x.copy() for x in rg]
+    flipped[s][b, top] -= gap / 2 + 1e-3
+    flipped[s][b, second] += gap / 2 + 1e-3  # max |dlogit| = gap / 2 + 1e-3
+    near = forced_verdict(tokens, rg, flipped, tau=gap, prompt_len=P)  # a near-tie at this noise: passes
+    assert (near.disagreements, near.worst_margin, near.passed) == (1, pytest.approx(gap), True)
+    far = forced_verdict(tokens, rg, flipped, tau=0.45 * gap, prompt_len=P)  # (a) holds, (b) does not
+    assert far.max_diff <= far.bound < far.worst_margin and not far.passed
+    assert "MISS" in far.line("x")
+
+
+_FORCED_SCRIPT = textwrap.dedent("""
+    import numpy as np, torch
+    from rawgraphs.compare import TorchDecoder
+    from rawgraphs.compare.agreement import forced_verdict, row_noise, run_forced
+    from rawgraphs.model import ModelConfig, ReferenceModel, Weights, make_block_tables
+
+    cfg = ModelConfig.preset("tiny")
+    w = Weights.random(cfg, 0)
+    P, N, B = 6, 32, 8
+    prompts = [[(t + 7 * b) % cfg.vocab for t in (1, 10, 100, 200, 300, 400)] for b in range(B)]
+
+    def reference(rows, bf16=True):  # 'rawgraphs': the reference, rounding where the kernels do
+        m = ReferenceModel(cfg, w, 3 * rows, bf16_activations=bf16)
+        tables = make_block_tables([[3 * b, 3 * b + 1, 3 * b + 2] for b in range(rows)], 3)
+        return lambda tokens, positions: m.step(tokens, positions, tables).astype(np.float32)
+
+    class NoMlpResidual(TorchDecoder):  # forgets x in x + m @ w_down^T
+        def _residual(self, x, a, w):
+            if w.shape[1] == self.cfg.ffn_dim:
+                return self._mm_f32(a, w).to(torch.bfloat16)
+            return super()._residual(x, a, w)
+
+    def twin(cls=TorchDecoder, c=cfg):
+        tm = cls(c, w, B, 48, device="cpu")
+        return lambda tokens, positions: (tm.step_eager(tokens, positions), tm.read_logits(B))[1]
+
+    rg = run_forced(reference(B), prompts, [None] * B, N)  # rawgraphs runs free
+    tokens = [[int(np.argmax(rg[P - 1 + n][b])) for n in range(N)] for b in range(B)]
+    # the CPU has no cross-batch noise (rows are bit-identical at any B); tau here: row 0 against the
+    # all-float64 reference on the same tokens, the size of the bf16 roundings themselves
+    tau = row_noise(rg, run_forced(reference(1, bf16=False), prompts[:1], tokens[:1], N))
+    assert 0 < tau < 0.1, tau
+    for name, step, want in [("real", twin(), True),
+                             ("rope theta / 2", twin(c=cfg.replace(rope_theta=cfg.rope_theta / 2)), False),
+                             ("no MLP residual", twin(NoMlpResidual), False)]:
+        v = forced_verdict(tokens, rg, run_forced(step, prompts, tokens, N), tau, P)
+        assert v.passed == want, (name, v)
+        print(v.line(name))
+    print("ok")
+""")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed here")
+def test_forced_verdict_passes_the_torch_twin_and_fails_broken_ones_on_cpu():
+    # tiny, forced inputs: the real twin differs from the bf16 reference by ~0.02 (2 tau ~ 0.05); a twin with
+    # rope theta halved by ~0.5, one without the MLP residual by ~6
+    run = subprocess.run([sys.executable, "-c", _FORCED_SCRIPT], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout + run.stderr
