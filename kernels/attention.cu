@@ -257,27 +257,16 @@ __device__ __forceinline__ void attention_block(
         const long long bh = (long long)b * n_heads + h0 + g;
         const float* ml = part_ml + bh * max_splits * 2;
         const float* po = part_o + bh * max_splits * HD + d;
-        // One pass in split order with a running max (online softmax), 8 splits at a time: each batch's loads
-        // are all issued before any is used (indices past the last split re-read it and are skipped), so the
-        // merge costs one L2 round trip per 8 splits. __ldcg: other blocks wrote them during this launch.
+        // One pass in split order with a running max (online softmax): the loads do not wait on each other,
+        // so 8 splits' worth are in flight at once. L2 loads (__ldcg): other blocks wrote them in this launch.
         float mm = __ldcg(ml), ll = __ldcg(ml + 1), oo = __ldcg(po);
-        for (int s0 = 1; s0 < n_used; s0 += 8) {
-            float ms[8], ls[8], os[8];
-#pragma unroll
-            for (int u = 0; u < 8; ++u) {
-                const int s = min(s0 + u, n_used - 1);
-                ms[u] = __ldcg(ml + 2 * s);
-                ls[u] = __ldcg(ml + 2 * s + 1);
-                os[u] = __ldcg(po + (long long)s * HD);
-            }
-#pragma unroll
-            for (int u = 0; u < 8; ++u) {
-                if (s0 + u >= n_used) break;
-                const float m_new = fmaxf(mm, ms[u]), w_old = exp2f(mm - m_new), w_new = exp2f(ms[u] - m_new);
-                ll = fmaf(ls[u], w_new, ll * w_old);
-                oo = fmaf(os[u], w_new, oo * w_old);
-                mm = m_new;
-            }
+#pragma unroll 8
+        for (int s = 1; s < n_used; ++s) {
+            const float ms = __ldcg(ml + 2 * s), ls = __ldcg(ml + 2 * s + 1), os = __ldcg(po + (long long)s * HD);
+            const float m_new = fmaxf(mm, ms), w_old = exp2f(mm - m_new), w_new = exp2f(ms - m_new);
+            ll = fmaf(ls, w_new, ll * w_old);
+            oo = fmaf(os, w_new, oo * w_old);
+            mm = m_new;
         }
         out[bh * HD + d] = __float2bfloat16(oo / ll);
     }

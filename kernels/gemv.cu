@@ -9,10 +9,13 @@
 //                                            splitk_reduce then sums the splits in order and applies 0/1/2)
 //
 // Kernels (gemv_plan picks one by B; each is correct for every B, and tests check each at every B):
-// gemv (B = 1): weight-streaming GEMV on CUDA cores. A block owns GEMV_ROWS = 4 weight rows and one K range;
-//   each thread streams 16-byte weight loads (GEMV_UNROLL x 4 rows in flight), multiplies them with the x row
-//   (L1-cached) and the block reduces in fixed order. A larger B runs one pass per batch row.
-//   grid = (ceil(N / 4), splits), block = (128,) (any multiple of 32 up to 1024), shared = 0
+// gemv (B = 1): one-wave weight-streaming GEMV on CUDA cores (see "gemv:" below). Groups of `parts` warps own
+//   whole weight rows and stream them through per-warp cp.async rings in shared memory, the first ring's
+//   worth issued before the PDL wait; x (after x_op) is staged once per block. A larger B runs one pass per
+//   batch row.
+//   grid = (blocks, splits) (any count: warp groups stride over the rows), block = (32 * warps,) (warps <= 8,
+//   a multiple of parts), dynamic shared = warps * (PIPE_STAGES * 512 + 8) + 2 * k_chunk bytes;
+//   extra argument parts int32 (1, 2, 4, 8): warps per row.
 // gemv_mma (2 <= B <= 16; passes of 8 / 16 / 32 batch rows): GEMV on tensor cores, W streamed from global
 //   memory straight into mma.sync A fragments (16 x 16-byte loads in flight per lane), x^T as the B operand.
 //   grid = (ceil(N / 16), splits), block = (256,) (exactly), shared = 0 (static)
@@ -45,8 +48,6 @@
 #define X_RMSNORM 1
 #define X_SILU 2
 
-#define GEMV_ROWS 4
-#define GEMV_UNROLL 2
 #define GEMV_MMA_UNROLL 8
 
 // Write one output element; `split` selects the partial slab for OUT_PARTIAL.
@@ -108,91 +109,6 @@ __device__ __forceinline__ void rows_inv_rms(float* inv_s, const bf16* __restric
         if (lane == 0) inv_s[r] = r < nb ? rsqrtf(ss / (float)K + eps) : 1.0f;
     }
     __syncthreads();
-}
-
-// One pass over batch rows [b0, b0 + nb), nb <= NB, for this block's GEMV_ROWS rows and K range [k0, k1).
-// gemv instantiates NB = 1: every register saved is another resident block (tensor cores take B >= 2).
-template <int NB, int XOP>  // XOP: x_op, fixed per instantiation (the hot loop has no branch on it)
-__device__ __forceinline__ void gemv_pass(void* y, const bf16* __restrict__ x, const bf16* __restrict__ w,
-                                          const bf16* __restrict__ norm, int b0, int nb, int B, int N, int K,
-                                          int k0, int k1, int mode, float eps) {
-    __shared__ float red[32][GEMV_ROWS * NB];
-    __shared__ float scratch[32];
-    float inv[NB];  // X_RMSNORM: each row's inverse RMS, summed by the whole block (fixed order)
-#pragma unroll
-    for (int b = 0; b < NB; ++b)
-        inv[b] = XOP == X_RMSNORM && b < nb
-            ? rsqrtf(block_sum(row_sumsq(x, b0 + b, K, threadIdx.x, blockDim.x), scratch) / (float)K + eps) : 1.0f;
-    const int n0 = blockIdx.x * GEMV_ROWS;
-    const bf16* wr[GEMV_ROWS];
-#pragma unroll
-    for (int r = 0; r < GEMV_ROWS; ++r) wr[r] = w + (size_t)min(n0 + r, N - 1) * K;  // rows past N: discarded
-    float acc[GEMV_ROWS][NB];
-#pragma unroll
-    for (int r = 0; r < GEMV_ROWS; ++r)
-#pragma unroll
-        for (int b = 0; b < NB; ++b) acc[r][b] = 0.0f;
-
-    const int step = blockDim.x * 8;
-    for (int k = k0 + threadIdx.x * 8; k < k1; k += step * GEMV_UNROLL) {
-        uint4 wv[GEMV_UNROLL][GEMV_ROWS];
-#pragma unroll
-        for (int u = 0; u < GEMV_UNROLL; ++u)
-#pragma unroll
-            for (int r = 0; r < GEMV_ROWS; ++r)
-                wv[u][r] = k + u * step < k1 ? ldg_stream(wr[r] + k + u * step) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-        for (int u = 0; u < GEMV_UNROLL; ++u) {
-            const int kk = k + u * step;
-            if (kk >= k1) break;
-            float wf[GEMV_ROWS][8];
-#pragma unroll
-            for (int r = 0; r < GEMV_ROWS; ++r) bf16x8_to_float(wv[u][r], wf[r]);
-#pragma unroll
-            for (int b = 0; b < NB; ++b) {
-                if (b < nb) {
-                    float xf[8];
-                    bf16x8_to_float(load_x8(x, norm, XOP, inv[b], b0 + b, K, kk), xf);
-#pragma unroll
-                    for (int r = 0; r < GEMV_ROWS; ++r)
-#pragma unroll
-                        for (int j = 0; j < 8; ++j) acc[r][b] = fmaf(wf[r][j], xf[j], acc[r][b]);
-                }
-            }
-        }
-    }
-
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-#pragma unroll
-    for (int r = 0; r < GEMV_ROWS; ++r)
-#pragma unroll
-        for (int b = 0; b < NB; ++b) {
-            const float v = warp_sum(acc[r][b]);
-            if (lane == 0) red[warp][r * NB + b] = v;
-        }
-    __syncthreads();
-    for (int t = threadIdx.x; t < GEMV_ROWS * NB; t += blockDim.x) {
-        const int r = t / NB, b = t % NB;
-        float s = 0.0f;
-        for (int i = 0; i < nwarps; ++i) s += red[i][t];
-        if (n0 + r < N && b < nb) store_out(y, mode, blockIdx.y, B, N, b0 + b, n0 + r, s);
-    }
-    __syncthreads();  // red is reused by the next pass
-}
-
-extern "C" __global__ void __launch_bounds__(256) gemv(void* y, const bf16* __restrict__ x,
-                                                       const bf16* __restrict__ w, const bf16* __restrict__ norm,
-                                                       int B, int N, int K, int k_chunk, int mode, float eps,
-                                                       int x_op) {
-    const int pk0 = blockIdx.y * k_chunk;
-    prefetch_rows_l2(w, blockIdx.x * GEMV_ROWS, GEMV_ROWS, N, K, pk0, min(K, pk0 + k_chunk));  // weights: pre-wait
-    pdl_begin();
-    const int k0 = blockIdx.y * k_chunk, k1 = min(K, k0 + k_chunk);
-    for (int b0 = 0; b0 < B; ++b0) {
-        if (x_op == X_RMSNORM) gemv_pass<1, X_RMSNORM>(y, x, w, norm, b0, 1, B, N, K, k0, k1, mode, eps);
-        else if (x_op == X_SILU) gemv_pass<1, X_SILU>(y, x, w, norm, b0, 1, B, N, K, k0, k1, mode, eps);
-        else gemv_pass<1, X_PLAIN>(y, x, w, norm, b0, 1, B, N, K, k0, k1, mode, eps);
-    }
 }
 
 #define TC_M 64
@@ -418,7 +334,7 @@ extern "C" __global__ void __launch_bounds__(256) gemv_mma(void* y, const bf16* 
     else gemv_mma_all<4>(y, x, w, norm, B, N, K, k0, k1, mode, eps, x_op);
 }
 
-// ---- gemv_persist: one-wave weight streaming with per-warp cp.async rings ---------------------------------
+// ---- gemv: one-wave weight streaming with per-warp cp.async rings ------------------------------------------
 // A group of `parts` warps owns whole weight rows n = group, group + groups, ... (groups: all groups of the grid);
 // warp p of a group streams chunks p, p + parts, ... of each row (256 elements of the K range per chunk; lane l
 // holds elements [8l, 8l + 8), 16 bytes) through a private shared-memory ring of PIPE_STAGES slots with
@@ -478,12 +394,11 @@ __device__ __forceinline__ void stage_x(bf16* xs, const bf16* __restrict__ x, co
         *reinterpret_cast<uint4*>(xs + (k - k0)) = load_x8(x, norm, XOP, inv, b, K, k);
 }
 
-// One pass per batch row: x[b] staged as xs[k1 - k0] after the wait. LATE: let the next kernel launch only once
-// this warp's last chunk is issued (else right after the first ring is issued).
-template <int XOP, bool LATE>
-__device__ __forceinline__ void gemv_persist_body(void* y, const bf16* __restrict__ x, const bf16* __restrict__ w,
-                                                  const bf16* __restrict__ norm, int B, int N, int K, int k0,
-                                                  int k1, int mode, float eps, int parts) {
+// One pass per batch row: x[b] staged as xs[k1 - k0] after the PDL wait.
+template <int XOP>
+__device__ __forceinline__ void gemv_body(void* y, const bf16* __restrict__ x, const bf16* __restrict__ w,
+                                          const bf16* __restrict__ norm, int B, int N, int K, int k0, int k1,
+                                          int mode, float eps, int parts) {
     extern __shared__ __align__(16) unsigned char pipe_raw[];
     __shared__ float scratch[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
@@ -502,16 +417,8 @@ __device__ __forceinline__ void gemv_persist_body(void* y, const bf16* __restric
         st.row = w + (size_t)group * K;
 #pragma unroll
         for (int i = 0; i < PIPE_STAGES - 1; ++i) st.issue();
-        if (b == 0) {  // the first ring is in flight before the wait; x is read after it
-            if (!LATE) pdl_launch_dependents();
-            pdl_wait();
-        }
-        bool trigger = LATE && b == B - 1;  // LATE: still to let the next kernel launch
-        if (trigger && st.left == 0) {
-            pdl_launch_dependents();
-            trigger = false;
-        }
-        __syncthreads();  // xs is free (every warp finished the previous pass)
+        if (b == 0) pdl_begin();  // the first ring is in flight before the wait; x is read after it
+        __syncthreads();          // xs is free (every warp finished the previous pass)
         stage_x<XOP>(xs, x, norm, b, K, k0, k1, eps, scratch);
         __syncthreads();
         int slot = 0;
@@ -520,10 +427,6 @@ __device__ __forceinline__ void gemv_persist_body(void* y, const bf16* __restric
             for (int j = 0; j < mine; ++j) {
                 cp_async_wait<PIPE_STAGES - 2>();  // this chunk has landed (this lane's 16 bytes)
                 st.issue();                        // refills the slot the previous chunk used
-                if (trigger && st.left == 0) {     // this warp's last chunk is in flight
-                    pdl_launch_dependents();
-                    trigger = false;
-                }
                 const int kk = (part + j * parts) * PIPE_CHUNK + lane * 8;
                 if (k0 + kk < k1) {
                     float wf[8], xf[8];
@@ -553,33 +456,15 @@ __device__ __forceinline__ void gemv_persist_body(void* y, const bf16* __restric
     }
 }
 
-template <bool LATE>
-__device__ __forceinline__ void gemv_persist_xop(void* y, const bf16* x, const bf16* w, const bf16* norm, int B,
-                                                 int N, int K, int k_chunk, int mode, float eps, int x_op,
-                                                 int parts) {
+// 64 registers at most: 4 blocks of 8 warps fill an SM (plans.py sizes the grid for that).
+extern "C" __global__ void __launch_bounds__(256, 4) gemv(void* y, const bf16* __restrict__ x,
+                                                          const bf16* __restrict__ w, const bf16* __restrict__ norm,
+                                                          int B, int N, int K, int k_chunk, int mode, float eps,
+                                                          int x_op, int parts) {
     const int k0 = blockIdx.y * k_chunk, k1 = min(K, k0 + k_chunk);
-    if (x_op == X_RMSNORM) gemv_persist_body<X_RMSNORM, LATE>(y, x, w, norm, B, N, K, k0, k1, mode, eps, parts);
-    else if (x_op == X_SILU) gemv_persist_body<X_SILU, LATE>(y, x, w, norm, B, N, K, k0, k1, mode, eps, parts);
-    else gemv_persist_body<X_PLAIN, LATE>(y, x, w, norm, B, N, K, k0, k1, mode, eps, parts);
-}
-
-// grid = (blocks, splits), block = (32 * warps,) (warps <= 8, a multiple of parts; parts in 1, 2, 4, 8),
-// dynamic shared = warps * (PIPE_STAGES * 512 + 8) + 2 * k_chunk bytes.
-extern "C" __global__ void __launch_bounds__(256, 4) gemv_persist(void* y, const bf16* __restrict__ x,
-                                                                  const bf16* __restrict__ w,
-                                                                  const bf16* __restrict__ norm, int B, int N,
-                                                                  int K, int k_chunk, int mode, float eps,
-                                                                  int x_op, int parts) {
-    gemv_persist_xop<false>(y, x, w, norm, B, N, K, k_chunk, mode, eps, x_op, parts);
-}
-
-// gemv_persist, but the next kernel may launch only once every warp has issued its last weight chunk.
-extern "C" __global__ void __launch_bounds__(256, 4) gemv_persist_late(void* y, const bf16* __restrict__ x,
-                                                                       const bf16* __restrict__ w,
-                                                                       const bf16* __restrict__ norm, int B, int N,
-                                                                       int K, int k_chunk, int mode, float eps,
-                                                                       int x_op, int parts) {
-    gemv_persist_xop<true>(y, x, w, norm, B, N, K, k_chunk, mode, eps, x_op, parts);
+    if (x_op == X_RMSNORM) gemv_body<X_RMSNORM>(y, x, w, norm, B, N, K, k0, k1, mode, eps, parts);
+    else if (x_op == X_SILU) gemv_body<X_SILU>(y, x, w, norm, B, N, K, k0, k1, mode, eps, parts);
+    else gemv_body<X_PLAIN>(y, x, w, norm, B, N, K, k0, k1, mode, eps, parts);
 }
 
 extern "C" __global__ void splitk_reduce(void* y, const float* __restrict__ partial, int B, int N, int splits,

@@ -26,16 +26,3 @@ __device__ __forceinline__ void prefetch_rows_l2(const void* w, int n0, int rows
         asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
     }
 }
-
-// The two halves of pdl_begin(), for kernels that let the next kernel launch later than their start.
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}

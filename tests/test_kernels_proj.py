@@ -26,8 +26,7 @@ FILES = ["embedding", "rmsnorm", "gemv", "silu_mul", "sample"]
 GEMV_SHAPES = [(6144, 2048), (2048, 2048), (11264, 2048), (2048, 5632), (32000, 2048), (2304, 768),
                (768, 768), (768, 2048), (64, 64), (99, 40)]
 BATCHES = [1, 3, 8, 16, 37, 64, 256]
-VARIANTS = [("gemv", None), ("gemv_persist", None), ("gemv_persist", 3), ("gemv_persist_late", None),
-            ("gemv_mma", 1), ("gemv_mma", 3), ("gemm_tc", None)]
+VARIANTS = [("gemv", None), ("gemv", 3), ("gemv_mma", 1), ("gemv_mma", 3), ("gemm_tc", None)]
 
 
 # ---------------------------------------------------------------- CPU: compile, signatures, plans, hash
@@ -51,11 +50,7 @@ def test_signatures():
         "rmsnorm": "out: ptr, x: ptr, w: ptr, eps: f32, D: i32",
         "add_rmsnorm": "out: ptr, residual: ptr, x: ptr, w: ptr, eps: f32, D: i32",
         "gemv": "y: ptr, x: ptr, w: ptr, norm: ptr, B: i32, N: i32, K: i32, k_chunk: i32, mode: i32, "
-                   "eps: f32, x_op: i32",
-        "gemv_persist": "y: ptr, x: ptr, w: ptr, norm: ptr, B: i32, N: i32, K: i32, k_chunk: i32, mode: i32, "
-                        "eps: f32, x_op: i32, parts: i32",
-        "gemv_persist_late": "y: ptr, x: ptr, w: ptr, norm: ptr, B: i32, N: i32, K: i32, k_chunk: i32, "
-                             "mode: i32, eps: f32, x_op: i32, parts: i32",
+                "eps: f32, x_op: i32, parts: i32",
         "gemv_mma": "y: ptr, x: ptr, w: ptr, norm: ptr, B: i32, N: i32, K: i32, k_chunk: i32, mode: i32, "
                    "eps: f32, x_op: i32",
         "gemm_tc": "y: ptr, x: ptr, w: ptr, norm: ptr, B: i32, N: i32, K: i32, k_chunk: i32, mode: i32, "
@@ -74,11 +69,11 @@ def test_signatures():
 @pytest.mark.parametrize("N,K", GEMV_SHAPES)
 def test_gemv_plan(B, N, K):
     plan = gemv_plan(B, N, K, "residual")
-    assert plan.kernel == ("gemv_persist" if B == 1 else "gemv_mma" if B <= 16 else "gemm_tc")
+    assert plan.kernel == ("gemv" if B == 1 else "gemv_mma" if B <= 16 else "gemm_tc")
     # The splits cover K exactly once, none empty.
     assert plan.k_chunk % 64 == 0 and plan.splits * plan.k_chunk >= K > (plan.splits - 1) * plan.k_chunk
     assert plan.grid[1 if B <= 16 else 2] == plan.splits
-    if plan.kernel == "gemv_persist":  # one wave of 8-warp blocks; groups of `parts` warps own whole rows
+    if plan.kernel == "gemv":  # one wave of 8-warp blocks; groups of `parts` warps own whole rows
         groups = plan.grid[0] * 8 // plan.parts
         assert plan.block == (256, 1, 1) and plan.parts in (1, 2, 4, 8) and groups * plan.parts <= SMS * 32
         assert math.ceil(N / groups) == math.ceil(N * plan.parts / (SMS * 32)) and plan.parts <= math.ceil(K / 256)
@@ -116,10 +111,10 @@ def test_gemv_plan_x_op(x_op):
 
 
 @pytest.mark.parametrize("kernel,rows,threads",
-                         [("gemv", 4, 128), ("gemv_persist", 4, 256), ("gemv_mma", 16, 256), ("gemm_tc", 64, 128)])
+                         [("gemv", 4, 256), ("gemv_mma", 16, 256), ("gemm_tc", 64, 128)])
 def test_gemv_plan_override(kernel, rows, threads):
     plan = gemv_plan(5, 2048, 5632, "f32", kernel=kernel, splits=3)
-    grid = (1, 2048 // rows, 3) if kernel == "gemm_tc" else (2048 // rows, 3, 1)  # gemv_persist: 2 warps a row
+    grid = (1, 2048 // rows, 3) if kernel == "gemm_tc" else (2048 // rows, 3, 1)  # gemv: 2 warps a row
     assert (plan.kernel, plan.grid, plan.block) == (kernel, grid, (threads, 1, 1))
     assert plan.k_chunk == 1920 and plan.mode == PARTIAL and plan.out_mode == OUT_MODES["f32"]
     with pytest.raises(ValueError, match="unknown gemv kernel"):
@@ -341,11 +336,10 @@ def test_gemv_fused_input(mods, stream, rng, N, K, x_op):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel", ["gemv_persist", "gemv_persist_late"])
 @pytest.mark.parametrize("x_op", ["plain", "rmsnorm", "silu_mul"])
 @pytest.mark.parametrize("N,K", [(2048, 5632), (2304, 768), (99, 40), (64, 9000)])
-def test_gemv_persist_any_grid(mods, stream, rng, N, K, x_op, kernel):
-    """gemv_persist's warp groups stride over the rows, so any grid and any warps per row are correct, and a row
+def test_gemv_any_grid(mods, stream, rng, N, K, x_op):
+    """gemv's warp groups stride over the rows, so any grid and any warps per row are correct, and a row
     is summed in the same order whichever group owns it: one block (every ring wrapping across rows), 3 blocks
     and twice the planned grid give the planned grid's bytes (K = 9000 splits: x fits in halves); 1, 2 and 8
     warps per row match the reference."""
@@ -358,7 +352,7 @@ def test_gemv_persist_any_grid(mods, stream, rng, N, K, x_op, kernel):
          "silu_mul": lambda: ref.to_bf16(ref.silu_mul(x))}[x_op]()  # [B, K]: the input the kernel multiplies
     want = ref.linear(h, w)  # [B, N]
     wd, xd, gd = upload(w), upload(x), upload(g)
-    plan = gemv_plan(B, N, K, "f32", kernel, x_op=x_op)
+    plan = gemv_plan(B, N, K, "f32", "gemv", x_op=x_op)
     ws = poisoned((max(plan.workspace_bytes, 1),), np.uint8, stream)
     tol = dict(rtol=1e-5, atol=1e-4) if x_op == "plain" else dict(rtol=1e-2, atol=1e-2)
     runs = []

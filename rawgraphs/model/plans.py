@@ -3,22 +3,25 @@
 ``gemv_plan(B, N, K, out)`` picks the kernel, grid, block and split-K factor for
 ``y[B, N] = x[B, K] @ W[N, K]^T`` on an H200-class GPU (132 SMs):
 
-- ``B == 1``: ``gemv``, 4 weight rows per 128-thread block, 16-byte streaming loads on CUDA cores (48
-  registers, so many blocks and loads are in flight per SM).
+- ``B == 1``: ``gemv``, one wave of 8-warp blocks that fills every SM (4 blocks of 8 warps at 64 registers,
+  ``SMS * 32`` warps); groups of ``parts`` warps own whole weight rows and stream them through per-warp
+  cp.async rings (7 x 512 bytes in flight per warp, the first ring issued before the PDL wait).
 - ``2 <= B <= 16``: ``gemv_mma``, 16 weight rows per 256-thread block streamed straight into tensor-core
   fragments (16 x 16-byte loads in flight per lane); each weight row is read once per launch.
 - ``B > 16``: ``gemm_tc``, 64 x 64 output tiles on tensor cores (mma.sync bf16, fp32 accumulate).
 
-These choices follow measurements on the H200 (benchmarks/gemv_bandwidth.py --alternatives): at B = 1 ``gemv``
-beats ``gemv_mma`` by 20-35%; at B = 8 ``gemv_mma`` takes 40-50% less time than the CUDA-core GEMV; at B = 64
-and 256 ``gemm_tc`` wins.
+These choices follow measurements on the H200 (benchmarks/gemv_bandwidth.py --alternatives, benchmarks/NOTES.md):
+at B = 1 the one-wave ``gemv`` took the 1b decode step from 0.97 to 0.83 ms (graph, context 512) where the
+previous 4-rows-per-block GEMV and the same kernel with half the grid (16 warps per SM, 1.18 ms) lost; at B = 8
+``gemv_mma`` takes 40-50% less time than B passes of a CUDA-core GEMV; at B = 64 and 256 ``gemm_tc`` wins.
 
-When the grid would leave SMs idle (``gemv``: fewer than ``SMS`` blocks; ``gemm_tc``: fewer than ``2 * SMS``;
-``gemv_mma``: fewer than ``SMS // 2``) the K range is split: the main kernel
-writes fp32 partials to a **workspace** ``[splits, B, N]`` (``plan.workspace_bytes``) and ``splitk_reduce``
-adds them in a fixed order and applies the output (bit-identical run to run; no atomics). The decode step
-allocates one workspace of ``max_workspace_bytes(...)`` over every projection and batch size it launches, and
-may share it between projections (they run one after the other on one stream).
+When the grid would leave SMs idle (``gemm_tc``: fewer than ``2 * SMS`` blocks; ``gemv_mma``: fewer than
+``SMS // 2``) the K range is split; ``gemv`` splits only where its x row would not fit in shared memory
+(K > 7616). The main kernel then writes fp32 partials to a **workspace** ``[splits, B, N]``
+(``plan.workspace_bytes``) and ``splitk_reduce`` adds them in a fixed order and applies the output
+(bit-identical run to run; no atomics). The decode step allocates one workspace of ``max_workspace_bytes(...)``
+over every projection and batch size it launches, and may share it between projections (they run one after
+the other on one stream).
 
 Output modes (``out``): ``"bf16"`` y bf16; ``"residual"`` y bf16 updated in place, ``y += x @ W^T``; ``"f32"``
 y fp32 (logits).
@@ -42,16 +45,15 @@ OUT_MODES = {"bf16": 0, "residual": 1, "f32": 2}  # the `mode` argument of kerne
 PARTIAL = 3  # mode: write fp32 partials of one K split
 X_OPS = {"plain": 0, "rmsnorm": 1, "silu_mul": 2}  # the `x_op` argument of kernels/gemv.cu
 SMS = 132  # streaming multiprocessors of the H200
-GEMV_ROWS = 4  # weight rows per gemv block (GEMV_ROWS in gemv.cu)
 TC_TILE = 64  # gemm_tc output tile edge (TC_M == TC_N in gemv.cu)
 MMA_ROWS = 16  # weight rows per gemv_mma block
 REDUCE_THREADS = 256
-PERSIST_WARPS_PER_SM = 32  # gemv_persist: resident warps aimed at per SM (7 x 512 bytes in flight each)
-PERSIST_BLOCK_WARPS = 8  # gemv_persist: warps per block
-PERSIST_CHUNK = 256  # gemv_persist: K elements per streamed chunk (PIPE_CHUNK)
-PERSIST_RING = 8 * 512  # gemv_persist: bytes of one warp's cp.async ring (PIPE_STAGES x 256 bf16)
-PERSIST_SHARED = 47 * 1024  # gemv_persist: dynamic shared bytes at most (rings + x; under the 48 KiB that
-# needs no opt-in, with room for the static part)
+GEMV_WARPS_PER_SM = 32  # gemv: warps per SM in its one wave (4 blocks x 8 warps, 64 registers each)
+GEMV_BLOCK_WARPS = 8  # gemv: warps per block
+GEMV_CHUNK = 256  # gemv: K elements per streamed chunk (PIPE_CHUNK in gemv.cu)
+GEMV_RING = 8 * 512  # gemv: bytes of one warp's cp.async ring (PIPE_STAGES x PIPE_CHUNK bf16)
+GEMV_SHARED = 47 * 1024  # gemv: dynamic shared bytes at most (rings + x: under the 48 KiB that needs no opt-in,
+# with room for the static part)
 
 
 class Launch(NamedTuple):
@@ -80,7 +82,7 @@ class GemvPlan:
     x_op: int  # the input op (X_OPS value)
     workspace_bytes: int  # fp32 [splits, B, N] partials; 0 when splits == 1
     reduce_grid: tuple[int, int, int] | None
-    parts: int = 1  # gemv_persist: warps per weight row (its `parts` argument)
+    parts: int = 1  # gemv: warps per weight row (its `parts` argument)
 
     def launches(self, y, x, w, workspace, B: int, N: int, K: int, norm=None, eps: float = 0.0) -> list[Launch]:
         """The launches, in order, with every argument of each kernel filled in.
@@ -93,7 +95,7 @@ class GemvPlan:
             raise ValueError("an rmsnorm-fused projection needs the norm weight")
         main = dict(x=x, w=w, norm=0 if norm is None else norm, B=B, N=N, K=K, k_chunk=self.k_chunk, eps=eps,
                     x_op=self.x_op)
-        if self.kernel.startswith("gemv_persist"):
+        if self.kernel == "gemv":
             main["parts"] = self.parts
         if self.splits == 1:
             return [Launch(self.kernel, self.grid, self.block, self.shared,
@@ -129,29 +131,23 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         raise ValueError(f"out must be one of {sorted(OUT_MODES)}, got {out!r}")
     if x_op not in X_OPS:
         raise ValueError(f"x_op must be one of {sorted(X_OPS)}, got {x_op!r}")
-    kernel = kernel or ("gemv_persist" if B == 1 else "gemv_mma" if B <= 16 else "gemm_tc")
+    kernel = kernel or ("gemv" if B == 1 else "gemv_mma" if B <= 16 else "gemm_tc")
     shared, parts = 0, 1
     if kernel == "gemv":
-        # 132-263 blocks (small's o / down at B = 1) run unsplit: the reduce launch (~2-3 us in a graph) costs
-        # more than the SMs left with one block instead of two.
-        block, tiles = (128, 1, 1), math.ceil(N / GEMV_ROWS)
-        splits, k_chunk = _splits(tiles, K, SMS, 512, splits)
-        grid = (tiles, splits, 1)
-    elif kernel in ("gemv_persist", "gemv_persist_late"):
-        # One wave that fills every SM (4 blocks of 8 warps at 64 registers): each group of `parts` warps owns
-        # ceil(N / groups) whole rows, so every warp streams the same bytes; a short N splits each row's chunks
-        # over 2-8 warps instead of leaving warps idle. x is staged in shared memory, one batch row at a time.
-        chunks = math.ceil(K / PERSIST_CHUNK)
-        target = SMS * PERSIST_WARPS_PER_SM
-        parts = 1
+        # One wave that fills every SM: each group of `parts` warps owns ceil(N / groups) whole rows, so every
+        # warp streams the same bytes; a short N splits each row's chunks over 2-8 warps instead of leaving
+        # warps idle. Half the warps per SM measured 45% slower in the decode step (1b B = 1): with room left
+        # on the SMs, the next kernels' blocks start early and slow this one down.
+        chunks = math.ceil(K / GEMV_CHUNK)
+        target = SMS * GEMV_WARPS_PER_SM
         while parts < 8 and N * parts * 2 <= target and parts * 2 <= chunks:
             parts *= 2
         groups = math.ceil(N / math.ceil(N * parts / target)) if N * parts > target else N
-        block = (32 * PERSIST_BLOCK_WARPS, 1, 1)
-        rings = PERSIST_BLOCK_WARPS * (PERSIST_RING + 8)  # + 2 x fp32 partials per warp
-        x_limit = (PERSIST_SHARED - rings) // 2 // 64 * 64  # K elements per split
+        block = (32 * GEMV_BLOCK_WARPS, 1, 1)
+        rings = GEMV_BLOCK_WARPS * (GEMV_RING + 8)  # + 2 fp32 partials per warp
+        x_limit = (GEMV_SHARED - rings) // 2 // 64 * 64  # K elements of x per split
         splits, k_chunk = _splits(1, K, 1, 8, splits if splits is not None else math.ceil(K / x_limit))
-        grid = (math.ceil(groups * parts / PERSIST_BLOCK_WARPS), splits, 1)
+        grid = (math.ceil(groups * parts / GEMV_BLOCK_WARPS), splits, 1)
         shared = rings + 2 * k_chunk
     elif kernel == "gemv_mma":
         # Measured: 128 blocks (N = 2048) unsplit beat 2 or 3 splits (the reduce launch costs more than the
@@ -164,8 +160,7 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         splits, k_chunk = _splits(tm * tn, K, 2 * SMS, 256, splits)
         grid = (tm, tn, splits)
     else:
-        raise ValueError(f"unknown gemv kernel {kernel!r}; one of gemv, gemv_persist, gemv_persist_late, "
-                         "gemv_mma, gemm_tc")
+        raise ValueError(f"unknown gemv kernel {kernel!r}; one of gemv, gemv_mma, gemm_tc")
     mode = OUT_MODES[out]
     if splits == 1:
         return GemvPlan(kernel, grid, block, shared, 1, k_chunk, mode, mode, X_OPS[x_op], 0, None, parts)
