@@ -48,6 +48,8 @@
 //   MHA B=64 ctx 4096: 511 us attention + 9 us combine = 4131 GB/s of KV (0.97 of 4270); B=37: 0.95, and
 //   B=48 with 11 inactive rows costs the same as B=37. GQA (KVH=4, G=4) B=64 ctx 4096: 0.70. Short work is
 //   latency-bound: B=1 ctx 4096 MHA 13 us + 8 us combine; any launch here costs >= ~7 us (cold loads chain).
+//   B=1 MHA with the combine fused, 64 / 128 (plan) / 256 tokens per split: ctx 513 8.1 / 9.8 / 12.5 us,
+//   ctx 4096 20.7 / 16.8 / 16.7 us (benchmarks/NOTES.md, session 2).
 
 #include <cuda_bf16.h>
 #include "pdl.cuh"
