@@ -21,10 +21,10 @@ __all__ = ["BENCHMARKS", "benchmarks_dir", "run_suite", "write_summary"]
 BENCHMARKS = {
     "launch": "launch_overhead", "graph": "graph_overheads", "decode": "decode", "sweep": "batch_sweep",
     "padding": "padding_cost", "memory": "memory_cost", "loop": "device_loop", "compare": "compare_torch",
-    "frameworks": "frameworks",
+    "frameworks": "frameworks", "tp": "tp_decode",
 }
 _QUICK = {"graph_overheads", "decode", "batch_sweep", "padding_cost", "memory_cost", "device_loop", "compare_torch",
-          "frameworks"}
+          "frameworks", "tp_decode"}
 
 
 def benchmarks_dir() -> Path | None:
