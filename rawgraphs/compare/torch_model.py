@@ -36,6 +36,7 @@ import numpy as np
 
 from ..model.config import ModelConfig
 from ..model.weights import Weights
+from .agreement import prefix_lengths
 
 __all__ = ["CaptureStats", "TorchDecoder", "bf16_bits", "exact_matmul_flags", "key_mask", "match_length",
            "rope_tables", "time_torch"]
@@ -75,15 +76,7 @@ def rope_tables(cfg: ModelConfig, max_len: int) -> tuple[np.ndarray, np.ndarray]
 
 def match_length(a: list[list[int]], b: list[list[int]]) -> int:
     """Steps for which two generations agree in every row: the shortest common prefix over the rows."""
-    if len(a) != len(b):
-        raise ValueError(f"{len(a)} rows against {len(b)}")
-    common = []
-    for ra, rb in zip(a, b):
-        n = 0
-        while n < min(len(ra), len(rb)) and ra[n] == rb[n]:
-            n += 1
-        common.append(n)
-    return min(common, default=0)
+    return min(prefix_lengths(a, b), default=0)
 
 
 def time_torch(fn, warmup: int = 5, iters: int = 20, repeats: int = 10) -> list[float]:
