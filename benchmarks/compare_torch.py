@@ -31,8 +31,8 @@ Target: rawgraphs graph step <= 0.25x torch CUDAGraph's at B=1 on ``1b`` (PASS/M
 Timing runs at the context the generation left (prompt + 31 tokens); torch attends over its whole static cache
 (48 slots, masked) as gpt-fast does, rawgraphs over the live context only.
 
-Run: ``python benchmarks/compare_torch.py [--out DIR] [--quick | --tokens] [--seed N]`` (``--tokens``: the token
-check only, ``small`` and ``1b`` at B = 1, 8, 64, no timing); prints two tables, writes
+Run: ``python benchmarks/compare_torch.py [--out DIR] [--quick | --tokens] [--no-compile] [--seed N]``
+(``--tokens``: the token check only, ``small`` and ``1b`` at B = 1, 8, 64, no timing); prints two tables, writes
 ``DIR/compare_torch.json`` and ``DIR/compare_torch_<model>.png``.
 """
 
@@ -210,9 +210,10 @@ def time_case(model: str, rg: DecodeModel, tm: TorchDecoder, B: int, stream: Str
     return rows
 
 
-def run_model(model: str, batches: tuple[int, ...], seed: int, quick: bool, timing: bool, stream: Stream, dev,
-              notes: list[str]) -> tuple[list[dict], list[dict]]:
-    """Token checks (and, with ``timing``, timing rows) of one model at every batch size."""
+def run_model(model: str, batches: tuple[int, ...], seed: int, try_compile: bool, timing: bool, stream: Stream,
+              dev, notes: list[str]) -> tuple[list[dict], list[dict]]:
+    """Token checks (and, with ``timing``, timing rows) of one model at every batch size; ``try_compile``:
+    also torch.compile at 1b B=1."""
     import torch
 
     cfg = ModelConfig.preset(model)
@@ -233,7 +234,7 @@ def run_model(model: str, batches: tuple[int, ...], seed: int, quick: bool, timi
         checks.append(check)
         line = "  " + check["verdict"].line(f"{model} B={B}")
         if timing:
-            compile_here = not quick and model == "1b" and B == 1
+            compile_here = try_compile and model == "1b" and B == 1
             rows += time_case(model, rg, tm, B, stream, check, compile_here, notes)
             med = {r["method"]: r["summary"]["median"] for r in rows if r["batch"] == B}
             line += (f"; step us: rawgraphs graph {med['rawgraphs graph']:.1f}, "
@@ -274,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--quick", action="store_true", help="small only, B=1 and 8, no torch.compile")
     mode.add_argument("--tokens", action="store_true", help="token check only: small and 1b at B=1, 8, 64")
     ap.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (its compile can take minutes)")
     args = ap.parse_args(argv)
     if importlib.util.find_spec("torch") is None or not gpu_available():
         print("compare_torch needs torch and an NVIDIA GPU; this machine lacks one of them, so nothing ran.")
@@ -291,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     with Stream.create() as stream:
         for model in models:
-            c, r = run_model(model, batches, args.seed, args.quick, not args.tokens, stream, dev, notes)
+            c, r = run_model(model, batches, args.seed, not (args.quick or args.no_compile), not args.tokens,
+                             stream, dev, notes)
             checks += c
             rows += r
     print()
