@@ -68,6 +68,21 @@ def test_in_place_update_rewrites_only_named_bytes():
     assert a.address == address and a.raw("eps") == 0.125  # same block, same address
 
 
+def test_copy_is_an_independent_block_with_the_same_bytes_values_and_pins():
+    view = DeviceView(0x4560, (2,), np.int32)
+    a = KernelArgs(sig(), x=0x7F00_0000_1000, n=-3, big=7, eps=0.5, seed=9, d=1.25, u=3, out=view)
+    b = a.copy()
+    assert bytes(b._buf) == bytes(a._buf) and b.values() == a.values() and b.refs["out"] is view
+    assert b.address != a.address and ctypes.addressof(b._buf) != ctypes.addressof(a._buf)
+    ptrs = (ctypes.c_void_p * 8).from_address(b.address)  # the copy's void*[] points into its own block
+    base = ctypes.addressof(b._buf)
+    assert [p - base for p in ptrs] == [0, 8, 16, 24, 32, 40, 48, 56]
+    b.set(n=5, eps=2.0)
+    assert a["n"] == -3 and a.raw("eps") == 0.5 and b.raw("n") == 5 and b.raw("eps") == 2.0
+    a.set(out=0x9990)
+    assert b.raw("out") == 0x4560 and b.refs["out"] is view  # the original's later changes stay its own
+
+
 def test_device_array_views_pack_their_pointer_and_are_pinned():
     class FakeCupy:
         __cuda_array_interface__ = {"shape": (4, 2), "typestr": "<f4", "data": (0xDEAD_BEE0, False), "version": 3}
