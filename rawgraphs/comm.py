@@ -21,6 +21,7 @@ import os
 import pickle
 import queue
 import traceback
+import warnings
 from collections.abc import Callable
 
 import ml_dtypes
@@ -64,7 +65,9 @@ class NcclUnavailableError(RuntimeError):
 def _nccl():
     """CuPy's NCCL binding module, or :class:`NcclUnavailableError` saying how to get it."""
     try:
-        from cupy.cuda import nccl
+        with warnings.catch_warnings():  # CuPy warns when libnccl is missing; the error below says it better
+            warnings.filterwarnings("ignore", message=".*nccl library could not be loaded", category=UserWarning)
+            from cupy.cuda import nccl
     except ImportError as e:
         raise NcclUnavailableError(f"CuPy is not importable ({e}); tensor parallelism uses cupy.cuda.nccl") from e
     if not nccl.available:
