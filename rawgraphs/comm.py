@@ -66,7 +66,7 @@ def _nccl():
     """CuPy's NCCL binding module, or :class:`NcclUnavailableError` saying how to get it."""
     try:
         with warnings.catch_warnings():  # CuPy warns when libnccl is missing; the error below says it better
-            warnings.filterwarnings("ignore", message=".*nccl library could not be loaded", category=UserWarning)
+            warnings.filterwarnings("ignore", message=r"\s*nccl library could not be loaded", category=UserWarning)
             from cupy.cuda import nccl
     except ImportError as e:
         raise NcclUnavailableError(f"CuPy is not importable ({e}); tensor parallelism uses cupy.cuda.nccl") from e
