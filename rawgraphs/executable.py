@@ -4,8 +4,10 @@ Each kernel node of the executable has its *own* packed argument block (copied f
 instantiate), pinned with everything it points at. ``set_args`` rewrites only the named bytes of that block and
 hands the node to ``cuGraphExecKernelNodeSetParams`` with a ``CUDA_KERNEL_NODE_PARAMS`` built once per node
 (its ``kernelParams`` point into the block, so rewriting the block is all an update needs). The call goes through
-cuda.bindings: measured on the H200 (benchmarks/graph_overheads.py), calling libcuda through ctypes with prebuilt
-``c_void_p`` arguments cost 1.07 us per node in ``set_args_many`` against 0.55 us for the bindings call alone.
+cuda.bindings. Measured on the H200 (benchmarks/graph_overheads.py), calling libcuda through ctypes with prebuilt
+``c_void_p`` arguments was no faster: ``set_args_many`` cost ~1.9x the bindings call alone either way (1.07 vs
+0.55 us per node through ctypes in session 1, 2.13 vs 1.11 us through the bindings on session 2's slower host);
+the rest is Python (writing the packed bytes, resolving the nodes).
 """
 
 from __future__ import annotations
