@@ -275,6 +275,7 @@ __device__ __forceinline__ void attention_block(
 }
 
 // One entry point per (head dim, query heads per block): each gets only the registers its G needs.
+// Spelled out, not macro-generated: rawgraphs reads kernel signatures from this source text (kernel.py).
 extern "C" __global__ void __launch_bounds__(128)
 attention_hd16_g1(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
                   int* __restrict__ counters, const __nv_bfloat16* __restrict__ q,
