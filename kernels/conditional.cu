@@ -14,6 +14,13 @@
 //   grid = (1,), block = (B rounded up to a multiple of 32, <= 1024)
 //   handle u64; next [B] int32; tokens [B] int32 (next step's input, written); positions [B] int32 (advanced);
 //   done [B] int32 (0/1); out [max_steps, B] int32; step [1] int32; max_steps, B, eos int32.
+// loop_begin: the decode loop's inputs and state, straight from pinned host memory (h_*: mapped, read over the
+//     bus; one kernel node instead of three host-to-device memcpy nodes and three memsets: see
+//     rawgraphs/model/loop.py):
+//     tokens[b] = h_tokens[b], positions[b] = h_positions[b], done[b] = 0 (b < B); tables[i] = h_tables[i]
+//     (i < table_elems); out[i] = -1 (i < out_elems); *step = 0.          grid = (any,), block = (any,)
+// loop_end: the loop's results back to pinned host memory (h_*: mapped, written over the bus):
+//     h_out[i] = out[i] (i < out_elems); *h_step = *step.                   grid = (any,), block = (any,)
 
 typedef unsigned long long cudaGraphConditionalHandle;
 extern "C" __device__ __cudart_builtin__ void CUDARTAPI cudaGraphSetConditional(cudaGraphConditionalHandle handle,
@@ -58,5 +65,31 @@ extern "C" __global__ void decode_loop_tail(cudaGraphConditionalHandle handle, c
     if (b == 0) {
         *step = s + 1;
         cudaGraphSetConditional(handle, (s + 1 < max_steps) && any_live);
+    }
+}
+
+extern "C" __global__ void loop_begin(int* __restrict__ tokens, int* __restrict__ positions,
+                                      int* __restrict__ tables, int* __restrict__ done, int* __restrict__ out,
+                                      int* __restrict__ step, const int* __restrict__ h_tokens,
+                                      const int* __restrict__ h_positions, const int* __restrict__ h_tables,
+                                      int B, int table_elems, int out_elems) {
+    const int n = max(max(B, table_elems), out_elems);
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        if (i < B) {
+            tokens[i] = h_tokens[i];
+            positions[i] = h_positions[i];
+            done[i] = 0;
+        }
+        if (i < table_elems) tables[i] = h_tables[i];
+        if (i < out_elems) out[i] = -1;
+        if (i == 0) *step = 0;
+    }
+}
+
+extern "C" __global__ void loop_end(int* __restrict__ h_out, int* __restrict__ h_step, const int* __restrict__ out,
+                                    const int* __restrict__ step, int out_elems) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < out_elems; i += gridDim.x * blockDim.x) {
+        h_out[i] = out[i];
+        if (i == 0) *h_step = *step;
     }
 }

@@ -150,6 +150,16 @@ class HostBuffer:
         import ctypes
         raw = (ctypes.c_byte * max(nbytes, 1)).from_address(self.ptr)
         self.array = np.frombuffer(raw, dtype=np.uint8, count=nbytes).view(dtype).reshape(shape)
+        self._device_ptr: int | None = None
+
+    @property
+    def device_ptr(self) -> int:
+        """The address kernels use to read or write this memory directly (zero-copy, over the bus): with
+        unified addressing, pinned memory is mapped into the device's address space."""
+        if self._device_ptr is None:
+            self._device_ptr = int(check(driver.cuMemHostGetDevicePointer(self.ptr, 0),
+                                         "cuMemHostGetDevicePointer"))
+        return self._device_ptr
 
     def close(self) -> None:
         """Free the pinned memory (idempotent); ``array`` must not be used afterwards."""

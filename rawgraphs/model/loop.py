@@ -1,7 +1,10 @@
 """An on-device decode loop: one graph launch decodes up to N tokens for the whole batch and stops on EOS.
 
-Graph: copy the staged inputs in (memcpy nodes from pinned memory), memset(out = -1), memset(step = 0),
-memset(done = 0) -> WHILE { decode step ; decode_loop_tail } -> copy out and step back to pinned memory.
+Graph: loop_begin (reads the staged inputs straight from pinned host memory, resets out = -1, step = 0,
+done = 0) -> WHILE { decode step ; decode_loop_tail } -> loop_end (writes out and step back to pinned memory).
+Kernels, not memcpy/memset nodes, move the data: with three host-to-device memcpy nodes, three memsets and
+two device-to-host memcpy nodes, staging + launching this graph cost the host ~29 us at B = 1 (H200, session 1),
+while a graph of 350 kernel nodes launches in ~4 us (benchmarks/graph_overheads.py).
 The tail kernel (kernels/conditional.cu) appends each active row's token to ``out[step, b]``, feeds it back as
 the next input, advances the row's position (an EOS makes the row inactive), and keeps the loop going while
 ``step < N`` and some row is still live. The host never sees a token until the loop ends (seed, constraint 3:
@@ -22,6 +25,13 @@ from .decode import DecodeModel
 
 __all__ = ["DeviceLoop"]
 
+_COPY_THREADS = 256
+
+
+def _grid_for(elems: int) -> LaunchShape:
+    """A grid-stride copy kernel's shape: one thread per element, at most 64 blocks."""
+    return LaunchShape(min(64, -(-elems // _COPY_THREADS)), _COPY_THREADS)
+
 
 class DeviceLoop:
     """Decode up to ``max_steps`` tokens for ``B`` rows of ``model`` in one graph launch."""
@@ -34,22 +44,25 @@ class DeviceLoop:
         self.step = DeviceBuffer(1, np.int32)              # steps taken
         self.done = DeviceBuffer(B, np.int32)              # [B] 1 once a row produced EOS
         self.h_out, self.h_step = HostBuffer((max_steps, B), np.int32), HostBuffer(1, np.int32)
-        tail = Module.from_file("conditional").kernel("decode_loop_tail")
+        mod = Module.from_file("conditional")
+        tail, begin, end = mod.kernel("decode_loop_tail"), mod.kernel("loop_begin"), mod.kernel("loop_end")
+        table_elems, out_elems = B * model.max_blocks, max_steps * B
         g = Graph()
-        init = [g.add_memcpy(model.tokens, model.h_tokens, 4 * B, name="tokens in"),
-                g.add_memcpy(model.positions, model.h_positions, 4 * B, name="positions in"),
-                g.add_memcpy(model.block_tables, model.h_tables, 4 * B * model.max_blocks, name="tables in"),
-                g.add_memset(self.out, 0xFF, name="out=-1"), g.add_memset(self.step, 0, name="step=0"),
-                g.add_memset(self.done, 0, name="done=0")]
-        loop = add_conditional(g, "while", default=1, deps=init, name="decode_loop")
+        init = g.add_kernel(begin, _grid_for(max(table_elems, out_elems)), begin.args(
+            tokens=model.tokens, positions=model.positions, tables=model.block_tables, done=self.done,
+            out=self.out, step=self.step, h_tokens=model.h_tokens.device_ptr,
+            h_positions=model.h_positions.device_ptr, h_tables=model.h_tables.device_ptr, B=B,
+            table_elems=table_elems, out_elems=out_elems), name="loop_begin")
+        loop = add_conditional(g, "while", default=1, deps=[init], name="decode_loop")
         body = loop.bodies[0]
         with Graph.capture(stream, into=body):
             model.run_eager(B, stream)
             tail.launch(LaunchShape(1, (B + 31) // 32 * 32), tail.args(
                 handle=loop.handle, next=model.next_tokens, tokens=model.tokens, positions=model.positions,
                 done=self.done, out=self.out, step=self.step, max_steps=max_steps, B=B, eos=eos), stream)
-        g.add_memcpy(self.h_out, self.out, deps=loop.node, name="out back")
-        g.add_memcpy(self.h_step, self.step, deps=loop.node, name="step back")
+        g.add_kernel(end, _grid_for(out_elems), end.args(
+            h_out=self.h_out.device_ptr, h_step=self.h_step.device_ptr, out=self.out, step=self.step,
+            out_elems=out_elems), deps=[loop.node], name="loop_end")
         self.graph, self.loop = g, loop
         self.exe = g.instantiate()
         self.exe.upload(stream)
