@@ -90,19 +90,12 @@ __device__ __forceinline__ void attention_block(
     const int b = blockIdx.x, h0 = blockIdx.y * G, split = blockIdx.z;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int c = lane % C, tg = lane / C;
-    // q first (its load need not wait for positions): this lane's 8 dims of each query head, pre-scaled into
-    // the log2 domain.
-    float qr[G][8];
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-        const uint4 u = *reinterpret_cast<const uint4*>(q + ((long long)b * n_heads + h0 + g) * HD + c * 8);
-        bf16x8_to_float(u, qr[g]);
-#pragma unroll
-        for (int k = 0; k < 8; ++k) qr[g][k] *= scale * LOG2E;
-    }
-    // This warp's pages are first, first + 4, ...: lane i fetches the block of the i-th one up front, so the
-    // table lookup is not a dependent load ahead of every page (partition <= 2048 keeps i < 32). It is read
-    // next to positions, not after it (entries past the context are fetched but never used).
+    // Before the PDL wait (the entry points only let the next kernel launch): the step's inputs - positions
+    // and the block table - and an L2 prefetch of this block's old K/V pages (kernels/pdl.cuh says why that is
+    // safe), overlapping the kernel before (rope_append, which appends the newest slot). This warp's pages are
+    // first, first + 4, ...: lane i fetches the block of the i-th one up front, so the table lookup is not a
+    // dependent load ahead of every page (partition <= 2048 keeps i < 32); entries past the context are
+    // fetched but never used.
     const int first = split * partition / ATTN_PAGE + warp;
     const int my_page = first + lane * ATTN_WARPS;
     const int my_blk = my_page < max_blocks ? block_tables[(long long)b * max_blocks + my_page] : 0;
@@ -113,13 +106,36 @@ __device__ __forceinline__ void attention_block(
     const bool direct = max_splits == 1 || (counters != nullptr && n_used <= 1);  // this block writes out
     if (t0 >= ctx) {  // past the end (or inactive): nothing to read
         if (split == 0 && direct) {  // this block owns the zero output
+            pdl_wait();
             for (int e = threadIdx.x; e < G * HD; e += blockDim.x)
                 out[((long long)b * n_heads + h0) * HD + e] = __float2bfloat16(0.f);
         }
         return;
     }
-    const int t1 = min(t0 + partition, ctx);
     const int kh = h0 / (n_heads / n_kv_heads);
+    {
+        constexpr int LINES = ATTN_PAGE * HD * 2 / 128;  // 128-byte lines of one page's K (and of its V)
+        const int t_end = min(t0 + partition, ctx);
+        for (int i = 0, page = first; page * ATTN_PAGE < t_end; ++i, page += ATTN_WARPS) {
+            const long long base = (((long long)__shfl_sync(0xffffffffu, my_blk, i) * n_kv_heads + kh)
+                                    * ATTN_PAGE) * HD;
+            for (int l = lane; l < 2 * LINES; l += 32) {
+                const char* p = (const char*)((l < LINES ? k_cache : v_cache) + base) + (l % LINES) * 128;
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+            }
+        }
+    }
+    pdl_wait();
+    // q (written by rope_append): this lane's 8 dims of each query head, pre-scaled into the log2 domain.
+    float qr[G][8];
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        const uint4 u = *reinterpret_cast<const uint4*>(q + ((long long)b * n_heads + h0 + g) * HD + c * 8);
+        bf16x8_to_float(u, qr[g]);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) qr[g][k] *= scale * LOG2E;
+    }
+    const int t1 = min(t0 + partition, ctx);
 
     float m[G], l[G], acc[G][8];
 #pragma unroll
@@ -282,7 +298,7 @@ attention_hd16_g1(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, f
                   const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
                   const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
                   int n_kv_heads, int partition, int max_splits, float scale) {
-    pdl_begin();
+    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
     attention_block<16, 1>(out, part_o, part_ml, counters, q, k_cache, v_cache, block_tables, positions,
                            max_blocks, n_heads, n_kv_heads, partition, max_splits, scale);
 }
@@ -293,7 +309,7 @@ attention_hd16_g2(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, f
                   const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
                   const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
                   int n_kv_heads, int partition, int max_splits, float scale) {
-    pdl_begin();
+    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
     attention_block<16, 2>(out, part_o, part_ml, counters, q, k_cache, v_cache, block_tables, positions,
                            max_blocks, n_heads, n_kv_heads, partition, max_splits, scale);
 }
@@ -304,7 +320,7 @@ attention_hd16_g4(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, f
                   const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
                   const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
                   int n_kv_heads, int partition, int max_splits, float scale) {
-    pdl_begin();
+    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
     attention_block<16, 4>(out, part_o, part_ml, counters, q, k_cache, v_cache, block_tables, positions,
                            max_blocks, n_heads, n_kv_heads, partition, max_splits, scale);
 }
@@ -315,7 +331,7 @@ attention_hd64_g1(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, f
                   const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
                   const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
                   int n_kv_heads, int partition, int max_splits, float scale) {
-    pdl_begin();
+    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
     attention_block<64, 1>(out, part_o, part_ml, counters, q, k_cache, v_cache, block_tables, positions,
                            max_blocks, n_heads, n_kv_heads, partition, max_splits, scale);
 }
@@ -326,7 +342,7 @@ attention_hd64_g2(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, f
                   const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
                   const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
                   int n_kv_heads, int partition, int max_splits, float scale) {
-    pdl_begin();
+    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
     attention_block<64, 2>(out, part_o, part_ml, counters, q, k_cache, v_cache, block_tables, positions,
                            max_blocks, n_heads, n_kv_heads, partition, max_splits, scale);
 }
@@ -337,7 +353,7 @@ attention_hd64_g4(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, f
                   const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
                   const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
                   int n_kv_heads, int partition, int max_splits, float scale) {
-    pdl_begin();
+    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
     attention_block<64, 4>(out, part_o, part_ml, counters, q, k_cache, v_cache, block_tables, positions,
                            max_blocks, n_heads, n_kv_heads, partition, max_splits, scale);
 }
@@ -348,7 +364,7 @@ attention_hd128_g1(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, 
                    const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
                    const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
                    int n_kv_heads, int partition, int max_splits, float scale) {
-    pdl_begin();
+    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
     attention_block<128, 1>(out, part_o, part_ml, counters, q, k_cache, v_cache, block_tables, positions,
                             max_blocks, n_heads, n_kv_heads, partition, max_splits, scale);
 }
@@ -359,7 +375,7 @@ attention_hd128_g2(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, 
                    const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
                    const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
                    int n_kv_heads, int partition, int max_splits, float scale) {
-    pdl_begin();
+    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
     attention_block<128, 2>(out, part_o, part_ml, counters, q, k_cache, v_cache, block_tables, positions,
                             max_blocks, n_heads, n_kv_heads, partition, max_splits, scale);
 }
@@ -370,7 +386,7 @@ attention_hd128_g4(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, 
                    const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
                    const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
                    int n_kv_heads, int partition, int max_splits, float scale) {
-    pdl_begin();
+    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
     attention_block<128, 4>(out, part_o, part_ml, counters, q, k_cache, v_cache, block_tables, positions,
                             max_blocks, n_heads, n_kv_heads, partition, max_splits, scale);
 }

@@ -9,12 +9,29 @@
 // CUDA Programming Guide, "Programmatic Dependent Launch and Synchronization".
 #pragma once
 
-__device__ __forceinline__ void pdl_begin() {
+__device__ __forceinline__ void pdl_launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
+
+__device__ __forceinline__ void pdl_begin() {
+    pdl_launch_dependents();
+    pdl_wait();
+}
+
+// Between pdl_launch_dependents() and pdl_wait() a kernel may read only what no kernel of the step writes:
+// weights, and the step's inputs (positions, block tables, tokens), which the host or a kernel of an earlier,
+// finished graph launch wrote. Not even an earlier kernel's output is safe: every kernel lets its dependents
+// launch before it waits itself, so kernel N + 1 may start while kernel N - 1 still runs. Old KV-cache entries
+// may be prefetched (prefetch.global.L2 only moves lines into L2, which stays coherent with the slot the
+// previous kernel appends); they are loaded after the wait.
 
 // Prefetch rows [n0, n0 + rows) (clamped to N) x columns [k0, k1) of a row-major bf16 [N, K] matrix into L2,
 // one 128-byte line per thread per step.

@@ -33,15 +33,17 @@
 #define ROPE_PAIRS 8        // rotated pairs per thread per pass, all loaded before the first is used
 
 // One block per row. The row's loads are issued before anything waits on them: a pass loads ROPE_PAIRS pairs
-// per thread into registers (the first pass before the angle table is computed, so the double-precision
-// sincos overlaps the loads), and v moves in 16-byte pieces. A loop of dependent scalar loads made this
-// kernel 9 us at B = 1 on the 1b model (ncu, session 2); the latency of one round of loads is the floor.
+// per thread into registers, and v moves in 16-byte pieces; the angle table (double-precision sincos) is
+// built before the PDL wait. A loop of dependent scalar loads made this kernel 9 us at B = 1 on the 1b model
+// (ncu, session 2); the latency of one round of loads is the floor.
 extern "C" __global__ void __launch_bounds__(256)
 rope_append(__nv_bfloat16* __restrict__ q_out, __nv_bfloat16* __restrict__ k_cache,
             __nv_bfloat16* __restrict__ v_cache, const __nv_bfloat16* __restrict__ qkv,
             const int* __restrict__ positions, const int* __restrict__ block_tables, int max_blocks,
             int n_heads, int n_kv_heads, int head_dim, float theta) {
-    pdl_begin();
+    // Before the PDL wait: the step's inputs (position, block table) and the angle table, which depend on
+    // nothing a kernel of the step writes (kernels/pdl.cuh), overlap the qkv projection's tail.
+    pdl_launch_dependents();
     __shared__ float cos_s[ROPE_MAX_HALF];
     __shared__ float sin_s[ROPE_MAX_HALF];
     const int b = blockIdx.x;
@@ -50,10 +52,21 @@ rope_append(__nv_bfloat16* __restrict__ q_out, __nv_bfloat16* __restrict__ k_cac
     const long long q_row = (long long)b * n_heads * head_dim;
 
     if (pos < 0) {  // inactive row: zeros out, no cache traffic
+        pdl_wait();
         for (int e = threadIdx.x; e < n_heads * head_dim; e += blockDim.x)
             q_out[q_row + e] = __float2bfloat16(0.f);
         return;
     }
+    const long long blk = block_tables[(long long)b * max_blocks + pos / ROPE_BLOCK_SIZE];
+    const int off = pos % ROPE_BLOCK_SIZE;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        const double inv_freq = exp2(-(2.0 * i / head_dim) * log2((double)theta));
+        double s, c;
+        sincos((double)pos * inv_freq, &s, &c);
+        cos_s[i] = (float)c;
+        sin_s[i] = (float)s;
+    }
+    pdl_wait();
     const __nv_bfloat16* x = qkv + (long long)b * (n_heads + 2 * n_kv_heads) * head_dim;
     const int pairs = (n_heads + n_kv_heads) * half;  // rotated pairs (i, i + hd/2) of every q, then k head
     float x0[ROPE_PAIRS], x1[ROPE_PAIRS];
@@ -67,16 +80,7 @@ rope_append(__nv_bfloat16* __restrict__ q_out, __nv_bfloat16* __restrict__ k_cac
         }
     };
     load(threadIdx.x);
-    const long long blk = block_tables[(long long)b * max_blocks + pos / ROPE_BLOCK_SIZE];
-    const int off = pos % ROPE_BLOCK_SIZE;
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        const double inv_freq = exp2(-(2.0 * i / head_dim) * log2((double)theta));
-        double s, c;
-        sincos((double)pos * inv_freq, &s, &c);
-        cos_s[i] = (float)c;
-        sin_s[i] = (float)s;
-    }
-    __syncthreads();
+    __syncthreads();  // the angle table
 
     for (int base = threadIdx.x; base < pairs; base += blockDim.x * ROPE_PAIRS) {
         if (base != threadIdx.x) load(base);
