@@ -137,6 +137,12 @@ def test_format_table_aligns_columns():
     assert "| cupy | 12.00 | 2.63 | 5 |" in markdown_table(rows, ["method", ("s.median", "us"), "ratio", "n"])
 
 
+def test_a_column_named_with_a_dot_is_a_key_not_a_path():
+    rows = [{"nodes": 10, "GraphExec.launch us": 2.29, "sub": {"x": 1.5}}]
+    text = format_table(rows, ["nodes", "GraphExec.launch us", "sub.x"])
+    assert text.splitlines()[-1].split() == ["10", "2.29", "1.50"]
+
+
 def test_render_summary_has_table_and_metadata():
     r = _result()
     md = render_summary([r, BenchResult("empty", r.metadata)])

@@ -43,6 +43,8 @@ def format_cell(value) -> str:
 
 
 def _get(row: Mapping, key: str):
+    if key in row:  # a column named with a dot ("GraphExec.launch us") is a key, not a path
+        return row[key]
     value = row
     for part in key.split("."):
         if not isinstance(value, Mapping) or part not in value:
