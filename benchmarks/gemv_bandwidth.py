@@ -44,8 +44,9 @@ BATCHES = [1, 2, 4, 8, 64, 256]
 # Alternatives timed next to the plan's default: (kernel, splits, grid scale); None splits = the plan's choice;
 # the grid scale multiplies grid[0] (gemv is correct for any grid: its warp groups stride over the rows; half its
 # grid leaves room on the SMs for the next launches, which costs under PDL).
-ALTERNATIVES = {1: [("gemv", None, 0.5), ("gemv_mma", 1, 1)], 8: [("gemv", None, 1)], 64: [("gemv_mma", 1, 1)],
-                256: [("gemv_mma", 1, 1)]}
+ALTERNATIVES = {1: [("gemv", None, 0.5), ("gemv_mma", 1, 1)], 8: [("gemv", None, 1), ("gemm_tc", None, 1)],
+                64: [("gemv_mma", 1, 1)], 256: [("gemv_mma", 1, 1)],
+                **{b: [("gemm_tc", None, 1)] for b in (2, 4, 12, 16)}}
 STREAM_LAUNCHES = 16
 SPIN = """extern "C" __global__ void spin(long long cycles) {
     long long t0 = clock64();
@@ -125,6 +126,7 @@ def main() -> None:
     ap.add_argument("--out", default=default_out, help="JSON results path")
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--alternatives", action="store_true", help="also time the other kernels (tuning)")
+    ap.add_argument("--batches", type=int, nargs="+", default=BATCHES, help=f"batch sizes (default {BATCHES})")
     a = ap.parse_args()
     dev = device()
     mod, spin = Module.from_file("gemv"), Module.from_source(SPIN, "spin.cu")
@@ -132,7 +134,7 @@ def main() -> None:
     attrs = {k: mod.kernel(k).attributes() for k in names}
     rows = []
     with Stream.create() as stream:
-        for B in BATCHES:
+        for B in a.batches:
             for name, N, K, out in SHAPES + (SMALL_SHAPES if B == 1 else []):
                 rows.append(time_case(mod, spin, stream, name, N, K, out, B, a.reps))
                 if a.alternatives:
