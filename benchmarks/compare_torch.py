@@ -202,6 +202,10 @@ def time_case(model: str, rg: DecodeModel, tm: TorchDecoder, B: int, stream: Str
         else:
             gpu = time_torch(fn, **TIMING)
             host = time_host(fn, sync=torch.cuda.synchronize, **HOST)
+        try:  # an asynchronous fault surfaces at the next sync: name the method that ran before it
+            torch.cuda.synchronize()
+        except Exception as e:
+            raise RuntimeError(f"{model} B={B}: the device failed while timing {name!r} ({e})") from e
         rows.append(make_row(gpu, "us", model=model, method=name, batch=B,
                              host_us=summarize(host).median, capture_ms=capture_ms, graph_mib=mib))
     base = next(r["summary"]["median"] for r in rows if r["method"] == "torch CUDAGraph")

@@ -51,6 +51,10 @@ def test_plan_shapes():
     assert 1 * 16 * p.max_splits >= 2 * 132  # short batches still fill the GPU
     big = attention_plan(16, 16, 128, batch=64, max_seq_len=4096)
     assert big.partition == 512 and big.max_splits == 8
+    # a batch that fills the GPU at the maximum context but not at 512 tokens gets shorter splits
+    assert [attention_plan(16, 16, 128, batch=b, max_seq_len=4096).partition for b in (1, 2, 8, 16, 32)] == \
+        [128, 128, 128, 256, 512]
+    assert attention_plan(16, 4, 128, batch=1, max_seq_len=4096).partition == 64  # G = 4: 4 blocks per split
     single = attention_plan(16, 4, 128, batch=128, max_seq_len=512)
     assert single.max_splits == 1 and not single.combine and single.workspace_bytes == 0
     assert single.combine_shape is None and single.attention.grid == (128, 4, 1)

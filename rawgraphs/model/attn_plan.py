@@ -39,6 +39,7 @@ HEAD_DIMS = (16, 64, 128)  # head dims with attention_hd<hd>_g<G> entry points
 _HEADS_PER_BLOCK = (4, 2, 1)  # G of the entry points (register-resident accumulators), largest first
 _COMBINE_THREADS = 256  # attention_combine's block (ATTN_COMBINE_THREADS)
 _PARTITIONS = (512, 256, 128, 64)  # tokens per split, largest first (a multiple of 4 warps * 16 tokens)
+_SHORT_CONTEXT = 512  # the context a decode step must also fill the GPU at (see attention_plan)
 
 
 @dataclass(frozen=True)
@@ -86,8 +87,12 @@ def attention_plan(n_heads: int, n_kv_heads: int, head_dim: int, batch: int, max
     """Plan the attention kernels for ``batch`` rows and contexts up to ``max_seq_len`` tokens.
 
     The partition (tokens per split) is the largest of 512/256/128/64 that still gives at least two blocks per
-    SM at the maximum context (``num_sms``: 132 on the H200), so short batches spread over the GPU; a
-    ``max_seq_len`` that fits one partition runs as a single pass with no combine. ``partition`` forces a
+    SM (``num_sms``: 132 on the H200) both at the maximum context and, down to 128 tokens per split, at a
+    context of 512, so short batches spread over the GPU; a ``max_seq_len`` that fits one partition runs as a
+    single pass with no combine. One block reads its split serially (~25 GB/s, ~2.6 us per 64 KB of K + V at
+    hd 128; benchmarks/attention_bandwidth.py), so at context 512 a B = 8 plan sized for 4096 alone (512 tokens
+    per split, one busy block per row and head) took 18.9 us per layer where 128-token splits spread the same
+    bytes over 4x the blocks. ``partition`` forces a
     value (a multiple of 64 up to 2048), e.g. to test the split path with short contexts. ``heads_per_block``
     forces G (4, 2 or 1, dividing H/KVH; default: the largest that divides), e.g. to compare variants.
     """
@@ -103,8 +108,10 @@ def attention_plan(n_heads: int, n_kv_heads: int, head_dim: int, batch: int, max
         raise ValueError(f"heads_per_block {g} must be one of {_HEADS_PER_BLOCK} and divide H/KVH = {group}")
     y = n_heads // g
     if partition is None:
-        partition = next((p for p in _PARTITIONS if batch * y * math.ceil(max_seq_len / p) >= 2 * num_sms),
-                         _PARTITIONS[-1])
+        def filling(ctx: int, floor: int) -> int:  # largest partition >= floor with 2 blocks per SM at ctx
+            fits = [p for p in _PARTITIONS if p >= floor]
+            return next((p for p in fits if batch * y * math.ceil(ctx / p) >= 2 * num_sms), fits[-1])
+        partition = min(filling(max_seq_len, _PARTITIONS[-1]), filling(min(max_seq_len, _SHORT_CONTEXT), 128))
     if not 64 <= partition <= 2048 or partition % 64:
         raise ValueError(f"partition {partition} must be a multiple of 64 in [64, 2048]")
     splits = math.ceil(max_seq_len / partition)
