@@ -27,6 +27,7 @@ from rawgraphs.context import Event, Stream, device, driver_version
 from rawgraphs.kernel import LaunchShape, Module
 from rawgraphs.memory import DeviceBuffer
 from rawgraphs.model.attn_plan import attention_plan
+from rawgraphs.model.reference import rope_tables
 
 HBM_GBS = 4270.0
 L2_BYTES = 60 * 2**20
@@ -59,7 +60,8 @@ def time_case(mods, stream, kvh: int, batch: int, ctx: int, active: int, reps: i
         t[:active, :used // active] = (r * used + rng.permutation(used)).reshape(active, -1)
         tables.append(DeviceBuffer.from_numpy(t))
     positions = DeviceBuffer.from_numpy(np.array([ctx - 1] * active + [-1] * (batch - active), np.int32))
-    q = DeviceBuffer.from_numpy(rng.standard_normal((batch, H, HD)).astype(ml_dtypes.bfloat16))
+    cos, sin = (DeviceBuffer.from_numpy(t) for t in rope_tables(HD, 500000.0, max_blocks * 16))
+    qkv = DeviceBuffer.from_numpy(rng.standard_normal((batch, (H + 2 * kvh) * HD)).astype(ml_dtypes.bfloat16))
     out = DeviceBuffer((batch, H * HD), ml_dtypes.bfloat16)
     part_o = DeviceBuffer(plan.part_o_shape, np.float32)
     part_ml = DeviceBuffer(plan.part_ml_shape, np.float32)
@@ -70,10 +72,10 @@ def time_case(mods, stream, kvh: int, batch: int, ctx: int, active: int, reps: i
     counters = DeviceBuffer(plan.counters_shape, np.int32)  # fused combine; every launch leaves it zero
     counters.zero()
     device().synchronize()
-    attn_args, fused_args = ([attn.args(out=out, part_o=part_o, part_ml=part_ml, counters=c, q=q, k_cache=k_cache,
+    attn_args, fused_args = ([attn.args(out=out, part_o=part_o, part_ml=part_ml, counters=c, qkv=qkv, k_cache=k_cache,
                                         v_cache=v_cache, block_tables=t, positions=positions, max_blocks=max_blocks,
                                         n_heads=H, n_kv_heads=kvh, partition=plan.partition,
-                                        max_splits=plan.max_splits, scale=plan.scale)
+                                        max_splits=plan.max_splits, scale=plan.scale, rope_cos=cos, rope_sin=sin)
                               for t in tables] for c in (0, counters))
     comb_args = comb.args(out=out, part_o=part_o, part_ml=part_ml, positions=positions, max_blocks=max_blocks,
                           n_heads=H, head_dim=HD, partition=plan.partition, max_splits=plan.max_splits)

@@ -8,6 +8,8 @@ step's kernels:
         python3 benchmarks/profile_step.py --model 1b --batch 1
 
 ``--graph`` profiles one replay of the captured step instead (ncu then profiles its kernel nodes one by one).
+``--active N`` marks rows N.. inactive (position -1), as the runner pads a batch: profile ``--batch 48 --active
+37`` next to ``--batch 37`` to see what each kernel pays for 11 padding rows.
 ncu serializes kernels and flushes caches between them: the per-kernel times are isolated times (no PDL overlap),
 and their sum is the step without launch gaps or overlap; compare it with the graph step time of
 benchmarks/decode.py to see what the gaps cost.
@@ -31,12 +33,15 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--graph", action="store_true", help="profile a graph replay instead of eager launches")
+    ap.add_argument("--active", type=int, default=None, help="rows past this many are inactive (padding)")
     a = ap.parse_args()
     rng = np.random.default_rng(0)
-    model = build_model(a.model, a.batch, (CONTEXT + 16) * a.batch)
+    model = build_model(a.model, a.batch, CONTEXT + 16)  # kv_tokens per row
     fill_kv_random(model, rng)
     stream = Stream.create()
-    model.set_inputs(*step_inputs(model, a.batch, CONTEXT, rng), stream)
+    tokens, positions, tables = step_inputs(model, a.batch, CONTEXT, rng)
+    positions[a.batch if a.active is None else a.active:] = -1
+    model.set_inputs(tokens, positions, tables, stream)
     if a.graph:
         exe = model.capture(a.batch, stream).instantiate()
         exe.upload(stream)

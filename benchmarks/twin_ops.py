@@ -98,7 +98,7 @@ def compare_batch(rg: DecodeModel, tm: TorchDecoder, w: Weights, B: int, stream:
             op, lw = name.split(".")[-1], (w.layers[layer] if layer is not None else None)
             stream.synchronize()
             x_in, qkv_in, gu_in = rg.x.to_numpy()[:B], rg.qkv.to_numpy()[:B], rg.gu.to_numpy()[:B]
-            q_in, attn_in = rg.q.to_numpy()[:B], rg.attn.to_numpy()[:B]
+            attn_in = rg.attn.to_numpy()[:B]
             for ln in launches:
                 ln.kernel.launch(ln.shape, ln.args, stream)
             stream.synchronize()
@@ -106,21 +106,21 @@ def compare_batch(rg: DecodeModel, tm: TorchDecoder, w: Weights, B: int, stream:
                 tw = N(F.linear(_rmsnorm(T(x_in), T(lw.attn_norm), c.rms_norm_eps), T(lw.w_qkv)))
                 ref = R.linear(R.to_bf16(R.rmsnorm(x_in, lw.attn_norm, c.rms_norm_eps)), lw.w_qkv)
                 tally.add("rmsnorm + qkv", rg.qkv.to_numpy()[:B], tw, ref)
-            elif op == "rope_append":
-                qv = qkv_in[:, :c.q_dim].reshape(B, H, hd)  # [B, H, hd]
-                tally.add("rope (q)", rg.q.to_numpy()[:B], N(_rope(T(qv), cos, sin)), R.rope(qv, pos, c.rope_theta))
-            elif op == "attention":
-                kc, vc = rg.layers[layer].k_cache.to_numpy(), rg.layers[layer].v_cache.to_numpy()
+            elif op == "attention":  # RoPE and the KV append are fused into the attention kernel
+                qv = qkv_in[:, :c.q_dim].reshape(B, H, hd)  # [B, H, hd] before RoPE
+                q_ref = R.to_bf16(R.rope(qv, pos, c.rope_theta))  # as the kernel rounds it
+                q_tw = _rope(T(qv), cos, sin)
+                kc, vc = rg.layers[layer].k_cache.to_numpy(), rg.layers[layer].v_cache.to_numpy()  # appended
                 keys = np.stack([R._gather(kc, tables[b], t + 1) for b in range(B)]).transpose(0, 2, 1, 3)
                 vals = np.stack([R._gather(vc, tables[b], t + 1) for b in range(B)]).transpose(0, 2, 1, 3)
                 mask = torch.zeros((B, 1, 1, t + 1), device="cuda")  # [B, 1, 1, T]: every slot visible
-                ref = R.paged_attention(q_in, kc, vc, tables, pos + 1).reshape(B, -1)  # [B, H*hd]
+                ref = R.paged_attention(q_ref, kc, vc, tables, pos + 1).reshape(B, -1)  # [B, H*hd]
                 out = rg.attn.to_numpy()[:B]
-                twin = _attention(T(q_in), T(keys), T(vals), mask, hd ** -0.5)  # [B, H*hd]
-                tally.add("attention, fp32 (twin)", out, N(twin), ref)
-                sdpa = F.scaled_dot_product_attention(T(q_in).unsqueeze(2), T(keys), T(vals),
+                twin = _attention(q_tw, T(keys), T(vals), mask, hd ** -0.5)  # [B, H*hd]
+                tally.add("rope + attention, fp32 (twin)", out, N(twin), ref)
+                sdpa = F.scaled_dot_product_attention(q_tw.unsqueeze(2), T(keys), T(vals),
                                                       attn_mask=mask.to(torch.bfloat16))  # [B, H, 1, hd]
-                tally.add("attention, SDPA bf16 (old)", out, N(sdpa.reshape(B, -1)), ref)
+                tally.add("rope + attention, SDPA bf16 (old)", out, N(sdpa.reshape(B, -1)), ref)
             elif op in ("o_proj", "down"):
                 gate, up = T(gu_in).chunk(2, -1)  # [B, F] each
                 a = T(attn_in) if op == "o_proj" else (F.silu(gate.float()) * up.float()).to(torch.bfloat16)

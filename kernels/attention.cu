@@ -1,8 +1,20 @@
-// Paged decode attention (flash-decoding split-KV, grouped-query) and the combine of its partial results.
+// Paged decode attention (flash-decoding split-KV, grouped-query) with RoPE and the KV append fused in, and the
+// combine of its partial results.
 //
-// out[b, h, :] = softmax(q[b, h, :] . K[b, 0:ctx, kv(h), :]^T * scale) @ V[b, 0:ctx, kv(h), :]
-//   ctx = positions[b] + 1; token t of row b lives in block block_tables[b, t / 16], slot t % 16;
-//   kv(h) = h / (H / KVH). Rows with positions[b] < 0 read no KV and write zeros.
+// Input is the fused QKV projection output, row b = [q (H*hd) | k (KVH*hd) | v (KVH*hd)], for the token at
+// pos = positions[b]. For an active row (pos >= 0):
+//   k_cache[blk, kh, off, :] = rope(k[b, kh, :], pos)     blk = block_tables[b, pos / 16], off = pos % 16
+//   v_cache[blk, kh, off, :] = v[b, kh, :]
+//   out[b, h, :] = softmax(rope(q[b, h, :], pos) . K[b, 0:ctx, kv(h), :]^T * scale) @ V[b, 0:ctx, kv(h), :]
+//   ctx = pos + 1; token t of row b lives in block block_tables[b, t / 16], slot t % 16; kv(h) = h / (H / KVH).
+//   rope is Hugging Face rotate-half with cos/sin read from rope_cos/rope_sin[pos] (fp32 tables of
+//   cos/sin(pos * theta^(-2i/hd)), computed in float64: rawgraphs.model.reference.rope_tables; an fp32
+//   pos * inv_freq alone would be off by up to ~2.4e-4 rad at pos 4096). rope(q) and rope(k) are rounded to
+//   bf16 (as a stored q and the cache hold them). Rows with pos < 0 read no KV, append nothing, write zeros.
+// Fusing RoPE and the append here (they were a kernel of their own, one block per row, ~8 us per layer at B = 1
+// on the H200 for a few KB of work) saves a launch and a chain of dependent round trips per layer. The block
+// whose split holds pos appends the new K/V (one block per KV head writes the cache) and uses the new token from
+// shared memory, never from the cache slot it writes in the same launch.
 //
 // attention_hd{16,64,128}_g{1,2,4}: one entry point per head dim hd and query heads per block G (both
 //   template parameters inside, so each variant holds only the registers it needs).
@@ -28,13 +40,15 @@
 //     part_o       [B, H, max_splits, hd]         fp32   workspace (unused when max_splits == 1; may be null)
 //     part_ml      [B, H, max_splits, 2]          fp32   workspace: running max (log2 domain), sum of exp2
 //     counters     [B, H / G]                     int32  zero before the first launch, zero after each; or null
-//     q            [B, H, hd]                     bf16   (RoPE applied)
+//     qkv          [B, (H + 2 * KVH) * hd]        bf16   (before RoPE)
 //     k_cache      [num_blocks, KVH, 16, hd]      bf16
 //     v_cache      [num_blocks, KVH, 16, hd]      bf16
 //     block_tables [B, max_blocks]                int32
 //     positions    [B]                            int32
 //     max_blocks   row stride of block_tables; n_heads H, n_kv_heads KVH; partition (tokens per split, a
 //     multiple of 64, at most 2048); max_splits (== gridDim.z); scale (1/sqrt(hd)).
+//     rope_cos     [max_blocks * 16, hd / 2]     fp32   cos of position x frequency (a constant table)
+//     rope_sin     [max_blocks * 16, hd / 2]     fp32   sin
 //
 // attention_combine: merges the partials of the splits that hold tokens in a fixed order (deterministic);
 //   the split loads are issued in parallel, not as a chain (n chained L2 round trips dominated short
@@ -51,7 +65,7 @@
 //   B=1 MHA with the combine fused, 64 / 128 (plan) / 256 tokens per split: ctx 513 8.1 / 9.8 / 12.5 us,
 //   ctx 4096 20.7 / 16.8 / 16.7 us (benchmarks/NOTES.md, session 2).
 
-#include <cuda_bf16.h>
+#include "common.cuh"
 #include "pdl.cuh"
 
 #define ATTN_PAGE 16     // tokens per KV-cache block
@@ -64,38 +78,45 @@ __device__ __forceinline__ int attn_ctx(int pos, int max_blocks, int partition, 
     return min(pos + 1, min(max_blocks * ATTN_PAGE, partition * max_splits));
 }
 
-__device__ __forceinline__ void bf16x8_to_float(const uint4& u, float* f) {
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+// RoPE on this lane's 8 dims [8c, 8c + 8) of one head (rotate-half), rounded to bf16: the partner dims
+// (8c +- hd/2) are lane c ^ C/2's chunk of the same token group, so every lane of the warp must call this.
+template <int C>
+__device__ __forceinline__ uint4 rope8(const uint4& raw, int c, const float* cos_s, const float* sin_s) {
+    float x[8], p[8];
+    bf16x8_to_float(raw, x);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const float2 v = __bfloat1622float2(h[i]);
-        f[2 * i] = v.x;
-        f[2 * i + 1] = v.y;
-    }
+    for (int k = 0; k < 8; ++k) p[k] = __shfl_xor_sync(0xffffffffu, x[k], C / 2);
+    const int i0 = (c % (C / 2)) * 8;
+#pragma unroll
+    for (int k = 0; k < 8; ++k)  // first half: x0 cos - x1 sin; second half: x1 cos + x0 sin
+        x[k] = c < C / 2 ? x[k] * cos_s[i0 + k] - p[k] * sin_s[i0 + k] : x[k] * cos_s[i0 + k] + p[k] * sin_s[i0 + k];
+    return float_to_bf16x8(x);
 }
 
 template <int HD, int G>
 __device__ __forceinline__ void attention_block(
         __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-        int* __restrict__ counters, const __nv_bfloat16* __restrict__ q,
-        const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
+        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
+        __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
         const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-        int n_kv_heads, int partition, int max_splits, float scale) {
+        int n_kv_heads, int partition, int max_splits, float scale, const float* __restrict__ rope_cos,
+        const float* __restrict__ rope_sin) {
     constexpr int C = HD / 8;       // lanes per token row (one 16-byte chunk of 8 bf16 each)
     constexpr int TPL = 32 / C;     // tokens covered by one warp-wide load
     constexpr int J = ATTN_PAGE / TPL;  // loads per lane per page (K and V each)
     __shared__ float m_s[ATTN_WARPS][G], l_s[ATTN_WARPS][G];
     __shared__ float o_s[ATTN_WARPS][G][HD];
+    __shared__ float cos_s[HD / 2], sin_s[HD / 2];  // RoPE at this row's position
+    __shared__ uint4 kv_new[2][C];                  // the appended token's K (after RoPE) and V
 
     const int b = blockIdx.x, h0 = blockIdx.y * G, split = blockIdx.z;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int c = lane % C, tg = lane / C;
     // Before the PDL wait (the entry points only let the next kernel launch): the step's inputs - positions
-    // and the block table - and an L2 prefetch of this block's old K/V pages (kernels/pdl.cuh says why that is
-    // safe), overlapping the kernel before (rope_append, which appends the newest slot). This warp's pages are
-    // first, first + 4, ...: lane i fetches the block of the i-th one up front, so the table lookup is not a
-    // dependent load ahead of every page (partition <= 2048 keeps i < 32); entries past the context are
-    // fetched but never used.
+    // and the block table -, the RoPE angles, and an L2 prefetch of this block's old K/V pages (kernels/pdl.cuh
+    // says why that is safe), overlapping the qkv projection's tail. This warp's pages are first, first + 4,
+    // ...: lane i fetches the block of the i-th one up front, so the table lookup is not a dependent load ahead
+    // of every page (partition <= 2048 keeps i < 32); entries past the context are fetched but never used.
     const int first = split * partition / ATTN_PAGE + warp;
     const int my_page = first + lane * ATTN_WARPS;
     const int my_blk = my_page < max_blocks ? block_tables[(long long)b * max_blocks + my_page] : 0;
@@ -112,7 +133,15 @@ __device__ __forceinline__ void attention_block(
         }
         return;
     }
-    const int kh = h0 / (n_heads / n_kv_heads);
+    const int group = n_heads / n_kv_heads, kh = h0 / group;
+    const bool newest = pos >= t0 && pos < min(t0 + partition, ctx);  // this split holds the appended token
+    const long long slot = newest ? ((long long)block_tables[(long long)b * max_blocks + pos / ATTN_PAGE]
+                                     * n_kv_heads + kh) * ATTN_PAGE + pos % ATTN_PAGE : 0;
+    const long long angles = (long long)min(pos, max_blocks * ATTN_PAGE - 1) * (HD / 2);  // table row
+    for (int i = threadIdx.x; i < HD / 2; i += blockDim.x) {
+        cos_s[i] = rope_cos[angles + i];
+        sin_s[i] = rope_sin[angles + i];
+    }
     {
         constexpr int LINES = ATTN_PAGE * HD * 2 / 128;  // 128-byte lines of one page's K (and of its V)
         const int t_end = min(t0 + partition, ctx);
@@ -126,16 +155,41 @@ __device__ __forceinline__ void attention_block(
         }
     }
     pdl_wait();
-    // q (written by rope_append): this lane's 8 dims of each query head, pre-scaled into the log2 domain.
+    // The qkv row (written by the projection before): every load of it is issued before any is used.
+    const __nv_bfloat16* row = qkv + (long long)b * (n_heads + 2 * n_kv_heads) * HD;
+    uint4 qraw[G], kraw, vraw;
+#pragma unroll
+    for (int g = 0; g < G; ++g) qraw[g] = *reinterpret_cast<const uint4*>(row + (h0 + g) * HD + c * 8);
+    if (newest && warp == 0) {
+        kraw = *reinterpret_cast<const uint4*>(row + (n_heads + kh) * HD + c * 8);
+        vraw = *reinterpret_cast<const uint4*>(row + (n_heads + n_kv_heads + kh) * HD + c * 8);
+    }
+    __syncthreads();  // the angle table
+    // q after RoPE (bf16), this lane's 8 dims of each query head, pre-scaled into the log2 domain.
     float qr[G][8];
 #pragma unroll
     for (int g = 0; g < G; ++g) {
-        const uint4 u = *reinterpret_cast<const uint4*>(q + ((long long)b * n_heads + h0 + g) * HD + c * 8);
-        bf16x8_to_float(u, qr[g]);
+        bf16x8_to_float(rope8<C>(qraw[g], c, cos_s, sin_s), qr[g]);
 #pragma unroll
         for (int k = 0; k < 8; ++k) qr[g][k] *= scale * LOG2E;
     }
-    const int t1 = min(t0 + partition, ctx);
+    if (newest) {  // block-uniform: warp 0 ropes the new K; the first block of the KV head's group appends
+        if (warp == 0) {
+            const uint4 kr = rope8<C>(kraw, c, cos_s, sin_s);
+            if (tg == 0) {
+                kv_new[0][c] = kr;
+                kv_new[1][c] = vraw;
+                if (h0 % group == 0) {
+                    reinterpret_cast<uint4*>(k_cache + slot * HD)[c] = kr;
+                    reinterpret_cast<uint4*>(v_cache + slot * HD)[c] = vraw;
+                }
+            }
+        }
+        __syncthreads();
+    }
+    // The appended token (newest block: pos == t1 - 1) is added after the pages, from shared memory: the
+    // cache slot is being written in this launch. (Swapping it into the page loop cost 32 more registers.)
+    const int t1 = newest ? pos : min(t0 + partition, ctx);
 
     float m[G], l[G], acc[G][8];
 #pragma unroll
@@ -156,7 +210,6 @@ __device__ __forceinline__ void attention_block(
         for (int j = 0; j < J; ++j) kr[j] = __ldg(kp + j * 32 + lane);
 #pragma unroll
         for (int j = 0; j < J; ++j) vr[j] = __ldg(vp + j * 32 + lane);
-
         float s[G][J];
 #pragma unroll
         for (int j = 0; j < J; ++j) {
@@ -183,7 +236,7 @@ __device__ __forceinline__ void attention_block(
             float mx = ATTN_NEG_INF;
 #pragma unroll
             for (int j = 0; j < J; ++j) {
-                if (tok0 + j * TPL >= t1) s[g][j] = ATTN_NEG_INF;  // slots past ctx may hold anything
+                if (tok0 + j * TPL >= t1) s[g][j] = ATTN_NEG_INF;  // slots past t1 may hold anything
                 mx = fmaxf(mx, s[g][j]);
             }
 #pragma unroll
@@ -207,6 +260,25 @@ __device__ __forceinline__ void attention_block(
 #pragma unroll
                 for (int k = 0; k < 8; ++k) acc[g][k] = fmaf(p, vf[k], acc[g][k]);
             }
+        }
+    }
+
+    if (newest && warp == 0) {  // the appended token, one more online-softmax step (lanes tg == 0 add it)
+        float kf[8], vf[8];
+        bf16x8_to_float(kv_new[0][c], kf);
+        bf16x8_to_float(kv_new[1][c], vf);
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            float d = 0.f;
+#pragma unroll
+            for (int k = 0; k < 8; ++k) d = fmaf(qr[g][k], kf[k], d);
+#pragma unroll
+            for (int off = C / 2; off >= 1; off /= 2) d += __shfl_xor_sync(0xffffffffu, d, off);
+            const float m_new = fmaxf(m[g], d), alpha = exp2f(m[g] - m_new), p = tg == 0 ? exp2f(d - m_new) : 0.f;
+            m[g] = m_new;
+            l[g] = fmaf(l[g], alpha, p);
+#pragma unroll
+            for (int k = 0; k < 8; ++k) acc[g][k] = fmaf(acc[g][k], alpha, p * vf[k]);
         }
     }
 
@@ -294,101 +366,110 @@ __device__ __forceinline__ void attention_block(
 // Spelled out, not macro-generated: rawgraphs reads kernel signatures from this source text (kernel.py).
 extern "C" __global__ void __launch_bounds__(128)
 attention_hd16_g1(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-                  int* __restrict__ counters, const __nv_bfloat16* __restrict__ q,
-                  const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
+                  int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
+                  __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
                   const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                  int n_kv_heads, int partition, int max_splits, float scale) {
+                  int n_kv_heads, int partition, int max_splits, float scale, const float* __restrict__ rope_cos,
+                  const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<16, 1>(out, part_o, part_ml, counters, q, k_cache, v_cache, block_tables, positions,
-                           max_blocks, n_heads, n_kv_heads, partition, max_splits, scale);
+    attention_block<16, 1>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
+                           max_blocks, n_heads, n_kv_heads, partition, max_splits, scale, rope_cos, rope_sin);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
 attention_hd16_g2(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-                  int* __restrict__ counters, const __nv_bfloat16* __restrict__ q,
-                  const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
+                  int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
+                  __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
                   const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                  int n_kv_heads, int partition, int max_splits, float scale) {
+                  int n_kv_heads, int partition, int max_splits, float scale, const float* __restrict__ rope_cos,
+                  const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<16, 2>(out, part_o, part_ml, counters, q, k_cache, v_cache, block_tables, positions,
-                           max_blocks, n_heads, n_kv_heads, partition, max_splits, scale);
+    attention_block<16, 2>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
+                           max_blocks, n_heads, n_kv_heads, partition, max_splits, scale, rope_cos, rope_sin);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
 attention_hd16_g4(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-                  int* __restrict__ counters, const __nv_bfloat16* __restrict__ q,
-                  const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
+                  int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
+                  __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
                   const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                  int n_kv_heads, int partition, int max_splits, float scale) {
+                  int n_kv_heads, int partition, int max_splits, float scale, const float* __restrict__ rope_cos,
+                  const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<16, 4>(out, part_o, part_ml, counters, q, k_cache, v_cache, block_tables, positions,
-                           max_blocks, n_heads, n_kv_heads, partition, max_splits, scale);
+    attention_block<16, 4>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
+                           max_blocks, n_heads, n_kv_heads, partition, max_splits, scale, rope_cos, rope_sin);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
 attention_hd64_g1(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-                  int* __restrict__ counters, const __nv_bfloat16* __restrict__ q,
-                  const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
+                  int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
+                  __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
                   const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                  int n_kv_heads, int partition, int max_splits, float scale) {
+                  int n_kv_heads, int partition, int max_splits, float scale, const float* __restrict__ rope_cos,
+                  const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<64, 1>(out, part_o, part_ml, counters, q, k_cache, v_cache, block_tables, positions,
-                           max_blocks, n_heads, n_kv_heads, partition, max_splits, scale);
+    attention_block<64, 1>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
+                           max_blocks, n_heads, n_kv_heads, partition, max_splits, scale, rope_cos, rope_sin);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
 attention_hd64_g2(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-                  int* __restrict__ counters, const __nv_bfloat16* __restrict__ q,
-                  const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
+                  int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
+                  __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
                   const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                  int n_kv_heads, int partition, int max_splits, float scale) {
+                  int n_kv_heads, int partition, int max_splits, float scale, const float* __restrict__ rope_cos,
+                  const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<64, 2>(out, part_o, part_ml, counters, q, k_cache, v_cache, block_tables, positions,
-                           max_blocks, n_heads, n_kv_heads, partition, max_splits, scale);
+    attention_block<64, 2>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
+                           max_blocks, n_heads, n_kv_heads, partition, max_splits, scale, rope_cos, rope_sin);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
 attention_hd64_g4(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-                  int* __restrict__ counters, const __nv_bfloat16* __restrict__ q,
-                  const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
+                  int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
+                  __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
                   const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                  int n_kv_heads, int partition, int max_splits, float scale) {
+                  int n_kv_heads, int partition, int max_splits, float scale, const float* __restrict__ rope_cos,
+                  const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<64, 4>(out, part_o, part_ml, counters, q, k_cache, v_cache, block_tables, positions,
-                           max_blocks, n_heads, n_kv_heads, partition, max_splits, scale);
+    attention_block<64, 4>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
+                           max_blocks, n_heads, n_kv_heads, partition, max_splits, scale, rope_cos, rope_sin);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
 attention_hd128_g1(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-                   int* __restrict__ counters, const __nv_bfloat16* __restrict__ q,
-                   const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
+                   int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
+                   __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
                    const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                   int n_kv_heads, int partition, int max_splits, float scale) {
+                   int n_kv_heads, int partition, int max_splits, float scale, const float* __restrict__ rope_cos,
+                  const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<128, 1>(out, part_o, part_ml, counters, q, k_cache, v_cache, block_tables, positions,
-                            max_blocks, n_heads, n_kv_heads, partition, max_splits, scale);
+    attention_block<128, 1>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
+                            max_blocks, n_heads, n_kv_heads, partition, max_splits, scale, rope_cos, rope_sin);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
 attention_hd128_g2(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-                   int* __restrict__ counters, const __nv_bfloat16* __restrict__ q,
-                   const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
+                   int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
+                   __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
                    const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                   int n_kv_heads, int partition, int max_splits, float scale) {
+                   int n_kv_heads, int partition, int max_splits, float scale, const float* __restrict__ rope_cos,
+                  const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<128, 2>(out, part_o, part_ml, counters, q, k_cache, v_cache, block_tables, positions,
-                            max_blocks, n_heads, n_kv_heads, partition, max_splits, scale);
+    attention_block<128, 2>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
+                            max_blocks, n_heads, n_kv_heads, partition, max_splits, scale, rope_cos, rope_sin);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
 attention_hd128_g4(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-                   int* __restrict__ counters, const __nv_bfloat16* __restrict__ q,
-                   const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
+                   int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
+                   __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
                    const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                   int n_kv_heads, int partition, int max_splits, float scale) {
+                   int n_kv_heads, int partition, int max_splits, float scale, const float* __restrict__ rope_cos,
+                  const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<128, 4>(out, part_o, part_ml, counters, q, k_cache, v_cache, block_tables, positions,
-                            max_blocks, n_heads, n_kv_heads, partition, max_splits, scale);
+    attention_block<128, 4>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
+                            max_blocks, n_heads, n_kv_heads, partition, max_splits, scale, rope_cos, rope_sin);
 }
 
 extern "C" __global__ void __launch_bounds__(ATTN_COMBINE_THREADS)

@@ -15,7 +15,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from rawgraphs.compare import bf16_bits, key_mask, match_length, rope_tables
+from rawgraphs.compare import bf16_bits, key_mask, match_length
 from rawgraphs.compare.agreement import (
     first_divergence,
     forced_verdict,
@@ -24,8 +24,6 @@ from rawgraphs.compare.agreement import (
     run_forced,
     same_input_logit_diff,
 )
-from rawgraphs.model import ModelConfig
-from rawgraphs.model.reference import rope
 
 
 def test_module_imports_without_torch():
@@ -61,19 +59,6 @@ def test_key_mask_lets_each_row_see_slots_up_to_its_position():
     assert mask.dtype == bool and mask.shape == (3, 8)
     np.testing.assert_array_equal(mask.sum(axis=1), positions + 1)
     np.testing.assert_array_equal(mask[1], [True] * 4 + [False] * 4)
-
-
-def test_rope_tables_match_the_reference_rotation(rng):
-    cfg = ModelConfig.preset("tiny")  # hd = 16
-    cos, sin = rope_tables(cfg, 64)
-    assert cos.shape == sin.shape == (64, cfg.head_dim // 2) and cos.dtype == np.float32
-    positions = np.array([0, 5, 63])
-    x = rng.standard_normal((3, cfg.n_heads, cfg.head_dim))  # [B, H, hd]
-    half = cfg.head_dim // 2
-    c, s = cos[positions][:, None, :].astype(np.float64), sin[positions][:, None, :].astype(np.float64)
-    x1, x2 = x[..., :half], x[..., half:]
-    ours = np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
-    np.testing.assert_allclose(ours, rope(x, positions, cfg.rope_theta), rtol=1e-6, atol=1e-6)  # fp32 tables
 
 
 def test_match_length_is_the_shortest_common_prefix_over_rows():
@@ -205,10 +190,10 @@ def test_twin_ops_groups_a_projection_with_its_reduce_and_tallies_differences():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import twin_ops
 
-    names = ["embed", "L0.qkv", "L0.qkv.reduce", "L0.rope_append", "L0.o_proj", "L0.o_proj.reduce", "lm_head"]
+    names = ["embed", "L0.qkv", "L0.qkv.reduce", "L0.attention", "L0.o_proj", "L0.o_proj.reduce", "lm_head"]
     launches = [SimpleNamespace(name=n) for n in names]
     groups = twin_ops.op_groups(launches)
-    assert [g for g, _ in groups] == ["embed", "L0.qkv", "L0.rope_append", "L0.o_proj", "lm_head"]
+    assert [g for g, _ in groups] == ["embed", "L0.qkv", "L0.attention", "L0.o_proj", "lm_head"]
     assert [len(ls) for _, ls in groups] == [1, 2, 1, 2, 1]
     tally = twin_ops.Tally()
     ref = np.array([[1.0, 2.0, 3.0, 4.0]])  # exact in bf16

@@ -1,6 +1,6 @@
-"""rope_append, attention_hd{16,64,128} (separate or fused combine) and attention_combine: CPU compile/plan checks
-and GPU checks vs the float64 NumPy reference (bf16 tolerance: 1e-2 relative, plus an absolute 1e-2 of the
-output's scale)."""
+"""attention_hd{16,64,128} (RoPE and KV append fused; separate or fused combine) and attention_combine: CPU
+compile/plan checks and GPU checks vs the float64 NumPy reference (bf16 tolerance: 1e-2 relative, plus an
+absolute 1e-2 of the output's scale)."""
 
 import math
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rawgraphs.compiler import compile_file, kernel_dir
-from rawgraphs.kernel import LaunchShape, parse_signatures
+from rawgraphs.kernel import parse_signatures
 from rawgraphs.model import reference as ref
 from rawgraphs.model.attn_plan import attention_plan, workspace_elements
 
@@ -20,9 +20,8 @@ PAGE = 16
 # ---------------------------------------------------------------- CPU
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-@pytest.mark.parametrize("name", ["rope_append", "attention"])
-def test_compiles(name, arch):
-    prog = compile_file(name, arch=arch)
+def test_compiles(arch):
+    prog = compile_file("attention", arch=arch)
     assert prog.cubin[:4] == b"\x7fELF"
 
 
@@ -32,11 +31,9 @@ def test_signatures():
         "attention_combine"}
     for name, sig in sigs.items():
         if name != "attention_combine":
-            assert sig.names == ("out", "part_o", "part_ml", "counters", "q", "k_cache", "v_cache", "block_tables",
-                                 "positions", "max_blocks", "n_heads", "n_kv_heads", "partition",
-                                 "max_splits", "scale")
-    rope = parse_signatures((kernel_dir() / "rope_append.cu").read_text())["rope_append"]
-    assert rope.names[-1] == "theta" and rope.params[-1].type == "f32"
+            assert sig.names == ("out", "part_o", "part_ml", "counters", "qkv", "k_cache", "v_cache",
+                                 "block_tables", "positions", "max_blocks", "n_heads", "n_kv_heads", "partition",
+                                 "max_splits", "scale", "rope_cos", "rope_sin")
 
 
 def test_plan_shapes():
@@ -95,14 +92,15 @@ def _bf16(rng, shape, scale=1.0):
 
 
 def _paged_case(rng, batch, kvh, hd, max_seq_len, ctx_lens):
-    """Shuffled block tables, random caches, and NaN in every slot no row may read."""
+    """Shuffled block tables, random caches, and NaN in every slot no row may read - including each row's
+    newest slot, which the kernel must take from qkv, not from the cache it appends to."""
     max_blocks = math.ceil(max_seq_len / PAGE)
     num_blocks = batch * max_blocks + 3
     tables = rng.permutation(num_blocks)[:batch * max_blocks].reshape(batch, max_blocks).astype(np.int32)
     k_cache = np.full((num_blocks, kvh, PAGE, hd), np.nan, BF16)  # [NB, KVH, 16, hd]
     v_cache = np.full((num_blocks, kvh, PAGE, hd), np.nan, BF16)
     for b, n in enumerate(ctx_lens):
-        t = np.arange(max(n, 0))
+        t = np.arange(max(n - 1, 0))
         k_cache[tables[b, t // PAGE], :, t % PAGE] = _bf16(rng, (len(t), kvh, hd))
         v_cache[tables[b, t // PAGE], :, t % PAGE] = _bf16(rng, (len(t), kvh, hd))
     return k_cache, v_cache, tables
@@ -114,32 +112,27 @@ def attn_mod(dev):
     return Module.from_file("attention")
 
 
-@pytest.fixture(scope="module")
-def rope_mod(dev):
-    from rawgraphs.kernel import Module
-    return Module.from_file("rope_append")
-
-
-def run_attention(mod, stream, q, k_cache, v_cache, tables, positions, plan, counters=None):
+def run_attention(mod, stream, qkv, k_cache, v_cache, tables, positions, plan, theta, counters=None):
     """Launch attention, then attention_combine, or with ``counters`` (int32 [B, H/G] device buffer) the fused
-    combine as the decode step does -> out [B, H*hd] bf16 (from a poisoned buffer)."""
+    combine as the decode step does -> (out [B, H*hd] bf16 from a poisoned buffer, k_cache, v_cache after)."""
     from rawgraphs.memory import DeviceBuffer
-    batch, n_heads, hd = q.shape
-    kvh = k_cache.shape[1]
+    batch, kvh, hd = qkv.shape[0], k_cache.shape[1], k_cache.shape[3]
+    n_heads = qkv.shape[1] // hd - 2 * kvh
     out = DeviceBuffer((batch, n_heads * hd), BF16)
     out.fill_bytes(0xFF)
     part_o = DeviceBuffer(plan.part_o_shape, np.float32)
     part_ml = DeviceBuffer(plan.part_ml_shape, np.float32)
     part_o.fill_bytes(0xFF)
     part_ml.fill_bytes(0xFF)
-    host = {"q": q, "k_cache": k_cache, "v_cache": v_cache, "block_tables": tables, "positions": positions}
+    host = {"qkv": qkv, "k_cache": k_cache, "v_cache": v_cache, "block_tables": tables, "positions": positions}
     bufs = {n: DeviceBuffer.from_numpy(np.ascontiguousarray(a)) for n, a in host.items()}
+    cos, sin = (DeviceBuffer.from_numpy(t) for t in ref.rope_tables(hd, theta, tables.shape[1] * PAGE))
     k = mod.kernel(plan.kernel)
     k.launch(plan.attention, k.args(out=out, part_o=part_o, part_ml=part_ml,
                                     counters=0 if counters is None else counters, **bufs,
                                     max_blocks=tables.shape[1], n_heads=n_heads, n_kv_heads=kvh,
-                                    partition=plan.partition, max_splits=plan.max_splits, scale=plan.scale),
-             stream)
+                                    partition=plan.partition, max_splits=plan.max_splits, scale=plan.scale,
+                                    rope_cos=cos, rope_sin=sin), stream)
     if plan.combine and counters is None:
         c = mod.kernel("attention_combine")
         c.launch(plan.combine_shape, c.args(out=out, part_o=part_o, part_ml=part_ml,
@@ -147,7 +140,7 @@ def run_attention(mod, stream, q, k_cache, v_cache, tables, positions, plan, cou
                                             n_heads=n_heads, head_dim=hd, partition=plan.partition,
                                             max_splits=plan.max_splits), stream)
     stream.synchronize()
-    return out.to_numpy()
+    return out.to_numpy(), bufs["k_cache"].to_numpy(), bufs["v_cache"].to_numpy()
 
 
 # ---------------------------------------------------------------- GPU: attention
@@ -183,7 +176,9 @@ def test_attention_matches_reference(attn_mod, stream, rng, batch, n_heads, kvh,
         ctx_lens[::5] = [0] * len(ctx_lens[::5])  # every fifth row inactive
     ctx_lens = np.asarray(ctx_lens, np.int64)
     positions = np.where(ctx_lens > 0, ctx_lens - 1, -1).astype(np.int32)  # [B]
-    q = _bf16(rng, (batch, n_heads, hd), 2.0)  # [B, H, hd]; x2 for peakier softmax
+    theta = 500000.0 if hd == 128 else 10000.0
+    qkv = _bf16(rng, (batch, (n_heads + 2 * kvh) * hd))  # [B, (H + 2KVH) hd], before RoPE
+    qkv[:, :n_heads * hd] *= 2  # peakier softmax
     k_cache, v_cache, tables = _paged_case(rng, batch, kvh, hd, max_seq_len, ctx_lens)
     plan = attention_plan(n_heads, kvh, hd, batch, max_seq_len, partition=partition)
     counters = None
@@ -192,62 +187,33 @@ def test_attention_matches_reference(attn_mod, stream, rng, batch, n_heads, kvh,
         counters.zero()
         device().synchronize()
 
-    raw = run_attention(attn_mod, stream, q, k_cache, v_cache, tables, positions, plan, counters)  # [B, H*hd]
-    want = ref.paged_attention(q, k_cache, v_cache, tables, ctx_lens).reshape(batch, n_heads * hd)
-    got = raw.astype(np.float64)
+    out, got_k, got_v = run_attention(attn_mod, stream, qkv, k_cache, v_cache, tables, positions, plan, theta,
+                                      counters)  # [B, H*hd]
+    q, k, v = np.split(qkv, [n_heads * hd, (n_heads + kvh) * hd], axis=1)
+    want_k, want_v = k_cache.copy(), v_cache.copy()  # the reference appends rope(k) rounded to bf16, and v
+    ref.append_kv(want_k, want_v, ref.rope(k.reshape(batch, kvh, hd), positions, theta), v.reshape(batch, kvh, hd),
+                  tables, positions)
+    q_rot = ref.rope(q.reshape(batch, n_heads, hd), positions, theta).astype(BF16)  # as a stored q holds it
+    want = ref.paged_attention(q_rot, want_k, want_v, tables, ctx_lens).reshape(batch, n_heads * hd)
+    got = out.astype(np.float64)
     assert np.isfinite(got).all()
     np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2 * np.abs(want).max())
     assert (got[ctx_lens <= 0] == 0).all()  # inactive rows: exact zeros
+
+    # the cache: v appended exactly, rope(k) within bf16 rounding, every other slot (NaN or not) untouched
+    assert got_v.tobytes() == want_v.tobytes()
+    appended = np.zeros(k_cache.shape[:1] + k_cache.shape[2:3], bool)  # [NB, 16]
+    for b, pos in enumerate(positions):
+        if pos >= 0:
+            appended[tables[b, pos // PAGE], pos % PAGE] = True
+    mask = np.broadcast_to(appended[:, None, :, None], k_cache.shape)
+    assert got_k[~mask].tobytes() == k_cache[~mask].tobytes()
+    np.testing.assert_allclose(got_k[mask].astype(np.float64), want_k[mask].astype(np.float64), rtol=1e-2,
+                               atol=1e-2)
 
     if fused:
         assert (counters.to_numpy() == 0).all()
 
     for _ in range(2):  # bit-identical run to run (fixed merge order; the counters only pick the merging block)
-        assert run_attention(attn_mod, stream, q, k_cache, v_cache, tables, positions, plan, counters).tobytes() \
-            == raw.tobytes()
-
-
-# ---------------------------------------------------------------- GPU: rope_append
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("n_heads, kvh, hd, theta", [(16, 4, 128, 500000.0), (16, 16, 64, 10000.0),
-                                                      (4, 2, 16, 10000.0)])
-def test_rope_append(rope_mod, stream, rng, n_heads, kvh, hd, theta):
-    from rawgraphs.memory import DeviceBuffer
-    positions = np.array([0, 15, 16, -1, 4095, 1234, 17], np.int32)  # [B]; row 3 inactive
-    batch, max_blocks = len(positions), 4096 // PAGE
-    num_blocks = batch * max_blocks
-    tables = rng.permutation(num_blocks).reshape(batch, max_blocks).astype(np.int32)
-    qkv = _bf16(rng, (batch, (n_heads + 2 * kvh) * hd))  # [B, (H + 2KVH) hd]
-    k0 = _bf16(rng, (num_blocks, kvh, PAGE, hd))  # random "previous" cache contents
-    v0 = _bf16(rng, (num_blocks, kvh, PAGE, hd))
-    q_out = DeviceBuffer((batch, n_heads, hd), BF16)
-    q_out.fill_bytes(0xFF)
-    k_cache, v_cache = DeviceBuffer.from_numpy(k0), DeviceBuffer.from_numpy(v0)
-    k = rope_mod.kernel("rope_append")
-    k.launch(
-        LaunchShape(grid=(batch,), block=(256,)),
-        k.args(q_out=q_out, k_cache=k_cache, v_cache=v_cache, qkv=DeviceBuffer.from_numpy(qkv),
-               positions=DeviceBuffer.from_numpy(positions), block_tables=DeviceBuffer.from_numpy(tables),
-               max_blocks=max_blocks, n_heads=n_heads, n_kv_heads=kvh, head_dim=hd, theta=theta), stream)
-    stream.synchronize()
-
-    q, kk, v = np.split(qkv.astype(np.float64), [n_heads * hd, (n_heads + kvh) * hd], axis=1)
-    want_q = ref.rope(q.reshape(batch, n_heads, hd), positions, theta)  # [B, H, hd]
-    want_k = ref.rope(kk.reshape(batch, kvh, hd), positions, theta)  # [B, KVH, hd]
-    got_q = q_out.to_numpy().astype(np.float64)
-    np.testing.assert_allclose(got_q, want_q, rtol=1e-2, atol=1e-2)
-    assert (got_q[positions < 0] == 0).all()
-
-    got_k, got_v = k_cache.to_numpy(), v_cache.to_numpy()
-    want_k_cache, want_v_cache = k0.copy(), v0.copy()
-    ref.append_kv(want_k_cache, want_v_cache, want_k, v.reshape(batch, kvh, hd), tables, positions)
-    written = np.zeros(k0.shape[:1] + k0.shape[2:3], bool)  # [NB, 16]
-    for b, pos in enumerate(positions):
-        if pos >= 0:
-            written[tables[b, pos // PAGE], pos % PAGE] = True
-    mask = np.broadcast_to(written[:, None, :, None], k0.shape)
-    assert got_v.tobytes() == want_v_cache.tobytes()  # v copied exactly, nothing else touched
-    assert got_k[~mask].tobytes() == k0[~mask].tobytes()  # untouched slots keep their bytes
-    np.testing.assert_allclose(got_k[mask].astype(np.float64), want_k_cache[mask].astype(np.float64),
-                               rtol=1e-2, atol=1e-2)
+        again = run_attention(attn_mod, stream, qkv, k_cache, v_cache, tables, positions, plan, theta, counters)
+        assert again[0].tobytes() == out.tobytes() and again[1].tobytes() == got_k.tobytes()

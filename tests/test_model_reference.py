@@ -189,3 +189,16 @@ def test_bf16_activations_stay_close_to_float64():
         b = rounded.step(np.array([tok]), np.array([pos]), table)
     assert not np.array_equal(a, b)
     assert np.max(np.abs(a - b)) < 0.05 * np.max(np.abs(a))
+
+
+def test_rope_tables_match_the_reference_rotation(rng):
+    cfg = ModelConfig.preset("tiny")  # hd = 16
+    cos, sin = ref.rope_tables(cfg.head_dim, cfg.rope_theta, 64)
+    assert cos.shape == sin.shape == (64, cfg.head_dim // 2) and cos.dtype == np.float32
+    positions = np.array([0, 5, 63])
+    x = rng.standard_normal((3, cfg.n_heads, cfg.head_dim))  # [B, H, hd]
+    half = cfg.head_dim // 2
+    c, s = cos[positions][:, None, :].astype(np.float64), sin[positions][:, None, :].astype(np.float64)
+    x1, x2 = x[..., :half], x[..., half:]
+    ours = np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+    np.testing.assert_allclose(ours, ref.rope(x, positions, cfg.rope_theta), rtol=1e-6, atol=1e-6)  # fp32 tables

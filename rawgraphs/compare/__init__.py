@@ -3,6 +3,6 @@
 Importing this package never imports torch (``TorchDecoder`` does, when constructed).
 """
 
-from .torch_model import CaptureStats, TorchDecoder, bf16_bits, key_mask, match_length, rope_tables, time_torch
+from .torch_model import CaptureStats, TorchDecoder, bf16_bits, key_mask, match_length, time_torch
 
-__all__ = ["CaptureStats", "TorchDecoder", "bf16_bits", "key_mask", "match_length", "rope_tables", "time_torch"]
+__all__ = ["CaptureStats", "TorchDecoder", "bf16_bits", "key_mask", "match_length", "time_torch"]

@@ -6,7 +6,7 @@ Static buffers (token ids, positions, a contiguous KV cache ``[L, max_batch, KVH
 "reduce-overhead")``. Rounding points follow the kernels (``ReferenceModel`` lists them): bf16 after each
 rmsnorm (fp32 ``x * inv_rms * w``, one rounding, as the projections' fused x loads), projection, RoPE,
 attention and silu*up; the logits are fp32 (``torch.mm(out_dtype=fp32)``). RoPE cos/sin are computed in
-float64 and stored as fp32 tables, as the ``rope_append`` kernel does.
+float64 and stored as fp32 tables, as the attention kernel computes them.
 
 Two places where the obvious PyTorch op rounds differently from the kernels (measured on the H200 with torch
 2.11, feeding torch the kernels' own inputs, ``small``):
@@ -35,11 +35,12 @@ import ml_dtypes
 import numpy as np
 
 from ..model.config import ModelConfig
+from ..model.reference import rope_tables
 from ..model.weights import Weights
 from .agreement import prefix_lengths
 
 __all__ = ["CaptureStats", "TorchDecoder", "bf16_bits", "exact_matmul_flags", "key_mask", "match_length",
-           "rope_tables", "time_torch"]
+           "time_torch"]
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 _LAYER_FIELDS = ("w_qkv", "w_o", "w_gate_up", "w_down", "attn_norm", "mlp_norm")
@@ -64,14 +65,6 @@ def key_mask(positions, keys):
     Works on NumPy arrays and torch tensors alike (``positions [B]``, ``keys [T]`` = ``arange(T)``).
     """
     return keys[None, :] <= positions[:, None]  # [B, T]
-
-
-def rope_tables(cfg: ModelConfig, max_len: int) -> tuple[np.ndarray, np.ndarray]:
-    """fp32 ``cos, sin [max_len, hd/2]`` of ``pos * theta^(-2i/hd)``, computed in float64 then rounded."""
-    half = cfg.head_dim // 2
-    inv_freq = cfg.rope_theta ** (-2.0 * np.arange(half, dtype=np.float64) / cfg.head_dim)  # [hd/2]
-    angle = np.arange(max_len, dtype=np.float64)[:, None] * inv_freq[None, :]  # [T, hd/2]
-    return np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
 
 
 def match_length(a: list[list[int]], b: list[list[int]]) -> int:
@@ -185,7 +178,7 @@ class TorchDecoder:
         cache = (cfg.n_layers, max_batch, cfg.n_kv_heads, max_len, cfg.head_dim)
         self.k_cache = torch.zeros(cache, dtype=torch.bfloat16, device=dev)  # [L, MB, KVH, T, hd]
         self.v_cache = torch.zeros(cache, dtype=torch.bfloat16, device=dev)  # [L, MB, KVH, T, hd]
-        cos, sin = rope_tables(cfg, max_len)
+        cos, sin = rope_tables(cfg.head_dim, cfg.rope_theta, max_len)
         self.cos, self.sin = torch.from_numpy(cos).to(dev), torch.from_numpy(sin).to(dev)  # [T, hd/2]
         self.tokens = torch.zeros(max_batch, dtype=torch.long, device=dev)  # [MB] input token ids
         self.positions = torch.zeros(max_batch, dtype=torch.long, device=dev)  # [MB]

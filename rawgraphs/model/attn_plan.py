@@ -1,13 +1,12 @@
 """Launch shapes and workspace sizes of the attention-side decode kernels, as one pure function.
 
-The decode step launches, per layer (see ``kernels/rope_append.cu`` and ``kernels/attention.cu``)::
+The decode step launches, per layer, one attention kernel that also applies RoPE to q and k and appends the
+new K/V to the paged cache (``kernels/attention.cu``)::
 
     plan = attention_plan(cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, batch, cfg.max_seq_len)
-    rope_append(q_out, k_cache, v_cache, qkv, positions, block_tables, max_blocks,
-                n_heads, n_kv_heads, head_dim, theta)                      # plan.rope
-    attention_hd<hd>_g<G>(out, part_o, part_ml, counters, q, k_cache, v_cache, block_tables, positions,
-                          max_blocks, n_heads, n_kv_heads, plan.partition, plan.max_splits, plan.scale)
-                                                                          # plan.attention, name plan.kernel
+    attention_hd<hd>_g<G>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
+                          max_blocks, n_heads, n_kv_heads, plan.partition, plan.max_splits, plan.scale,
+                          theta)                                          # plan.attention, name plan.kernel
 
 With ``counters`` (int32, ``plan.counters_shape``, zeroed once) the last block of each (row, head group)
 merges the splits itself (fused combine: one launch). With ``counters`` null and ``plan.combine``, a second
@@ -44,7 +43,7 @@ _SHORT_CONTEXT = 512  # the context a decode step must also fill the GPU at (see
 
 @dataclass(frozen=True)
 class AttentionPlan:
-    """How to launch rope_append, attention_hd<hd> and attention_combine for one batch size.
+    """How to launch attention_hd<hd> (RoPE and KV append fused) and attention_combine for one batch size.
 
     Attributes
     ----------
@@ -59,7 +58,6 @@ class AttentionPlan:
     """
 
     kernel: str
-    rope: LaunchShape
     attention: LaunchShape
     combine_shape: LaunchShape | None
     heads_per_block: int
@@ -117,7 +115,6 @@ def attention_plan(n_heads: int, n_kv_heads: int, head_dim: int, batch: int, max
     splits = math.ceil(max_seq_len / partition)
     return AttentionPlan(
         kernel=f"attention_hd{head_dim}_g{g}",
-        rope=LaunchShape(grid=(batch,), block=(256,)),
         attention=LaunchShape(grid=(batch, y, splits), block=(128,)),
         combine_shape=LaunchShape(grid=(batch, n_heads), block=(_COMBINE_THREADS,),
                                   shared=4 * (2 * splits + _COMBINE_THREADS)) if splits > 1 else None,

@@ -28,12 +28,13 @@ from ..memory import DeviceBuffer, DeviceView, HostBuffer
 from .attn_plan import BLOCK_SIZE, attention_plan_for, workspace_elements
 from .config import ModelConfig
 from .plans import OUT_MODES, gemv_plan, max_workspace_bytes
+from .reference import rope_tables
 from .weights import Weights
 
 __all__ = ["Launch", "AllReduce", "DecodeModel"]
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
-_KERNEL_FILES = ("embedding", "gemv", "rope_append", "attention", "sample")  # rmsnorm, silu_mul: fused in gemv
+_KERNEL_FILES = ("embedding", "gemv", "attention", "sample")  # rmsnorm, silu_mul: fused in gemv; rope in attention
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,8 @@ class DecodeModel:
         tied = cfg.tie_word_embeddings
         self.lm_head = self.embed if tied else new((cfg.vocab, cfg.dim), BF16)  # [V, D]
         self.final_norm = new(cfg.dim, BF16)
+        half = (self.max_blocks * BLOCK_SIZE, cfg.head_dim // 2)  # every position a block table can hold
+        self.rope_cos, self.rope_sin = new(half, np.float32), new(half, np.float32)  # [T, hd/2] constants
         self.layers = [_Layer(cfg, self.num_blocks, new) for _ in range(cfg.n_layers)]
         if not plan_only:
             self._load_weights(weights)
@@ -180,6 +183,9 @@ class DecodeModel:
         if self.lm_head is not self.embed:
             self.lm_head.copy_from(w.lm_head)
         self.final_norm.copy_from(w.final_norm)
+        cos, sin = rope_tables(self.cfg.head_dim, self.cfg.rope_theta, self.rope_cos.shape[0])
+        self.rope_cos.copy_from(cos)
+        self.rope_sin.copy_from(sin)
         for layer, lw in zip(self.layers, w.layers, strict=True):
             layer.load(lw)
 
@@ -200,7 +206,6 @@ class DecodeModel:
         self.block_tables = new((B, self.max_blocks), np.int32)  # [B, MB]
         self.x = new((B, D), BF16)                            # [B, D] residual stream
         self.qkv = new((B, qkv_dim), BF16)                    # [B, (H + 2 KVH) hd]
-        self.q = new((B, H, hd), BF16)                        # [B, H, hd] after RoPE
         self.attn = new((B, H * hd), BF16)                    # [B, H hd]
         self.gu = new((B, 2 * F), BF16)                       # [B, 2F] gate | up
         self.logits = new((B, V), np.float32)                 # [B, V]
@@ -260,7 +265,7 @@ class DecodeModel:
                 y=self.x, partial=self.partial, B=B, N=D, splits=1, mode=OUT_MODES["residual"])))
 
         # RMSNorm is fused into the projection after it and silu_mul into the down projection (x_op): h and
-        # m never reach memory; attention merges its splits itself (counters).
+        # m never reach memory; attention applies RoPE, appends K/V and merges its splits itself (counters).
         D, F, H, KVH, hd = c.dim, c.ffn_dim, c.n_heads, c.n_kv_heads, c.head_dim
         ap = attention_plan_for(c, B)
         launch("embed", "embedding", LaunchShape(B, 128), out=self.x, tokens=self.tokens, table=self.embed,
@@ -269,14 +274,11 @@ class DecodeModel:
             p = f"L{i}."
             linear(p + "qkv", self.qkv, self.x, L.w_qkv, (H + 2 * KVH) * hd, D,                # rmsnorm(x) @ Wqkv^T
                    x_op="rmsnorm", norm=L.attn_norm)
-            launch(p + "rope_append", "rope_append", ap.rope, q_out=self.q, k_cache=L.k_cache, v_cache=L.v_cache,
-                   qkv=self.qkv, positions=self.positions, block_tables=self.block_tables,
-                   max_blocks=self.max_blocks, n_heads=H, n_kv_heads=KVH, head_dim=hd, theta=c.rope_theta)
-            launch(p + "attention", ap.kernel, ap.attention, out=self.attn, part_o=self.part_o,  # combine fused
-                   part_ml=self.part_ml, counters=self.attn_counters, q=self.q, k_cache=L.k_cache,
-                   v_cache=L.v_cache, block_tables=self.block_tables, positions=self.positions,
+            launch(p + "attention", ap.kernel, ap.attention, out=self.attn, part_o=self.part_o,  # RoPE, KV append
+                   part_ml=self.part_ml, counters=self.attn_counters, qkv=self.qkv, k_cache=L.k_cache,  # and
+                   v_cache=L.v_cache, block_tables=self.block_tables, positions=self.positions,  # combine fused
                    max_blocks=self.max_blocks, n_heads=H, n_kv_heads=KVH, partition=ap.partition,
-                   max_splits=ap.max_splits, scale=ap.scale)
+                   max_splits=ap.max_splits, scale=ap.scale, rope_cos=self.rope_cos, rope_sin=self.rope_sin)
             row_parallel(p + "o_proj", self.attn, L.w_o, H * hd)                         # x += attn @ Wo^T
             linear(p + "gate_up", self.gu, self.x, L.w_gate_up, 2 * F, D,              # rmsnorm(x) @ Wgu^T
                    x_op="rmsnorm", norm=L.mlp_norm)

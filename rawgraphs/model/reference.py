@@ -26,6 +26,7 @@ __all__ = [
     "paged_attention",
     "rmsnorm",
     "rope",
+    "rope_tables",
     "silu_mul",
     "to_bf16",
 ]
@@ -75,6 +76,15 @@ def rope(x, positions, theta: float) -> np.ndarray:
     out = np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)  # [B, nh, hd]
     out[positions < 0] = 0.0
     return out
+
+
+def rope_tables(head_dim: int, theta: float, max_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """fp32 ``cos, sin [max_len, hd/2]`` of ``pos * theta^(-2i/hd)``, computed in float64 then rounded (the
+    tables the attention kernel and the PyTorch twin rotate with)."""
+    half = head_dim // 2
+    inv_freq = theta ** (-2.0 * np.arange(half, dtype=np.float64) / head_dim)  # [hd/2]
+    angle = np.arange(max_len, dtype=np.float64)[:, None] * inv_freq[None, :]  # [T, hd/2]
+    return np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
 
 
 def silu_mul(gu) -> np.ndarray:
