@@ -73,6 +73,9 @@
 #define ATTN_COMBINE_THREADS 256
 #define LOG2E 1.4426950408889634f
 #define ATTN_NEG_INF (-__int_as_float(0x7f800000))
+#ifndef ATTN_PREFETCH_PAGES
+#define ATTN_PREFETCH_PAGES 2  // pages per warp prefetched into L2 before the PDL wait (see attention_block)
+#endif
 
 __device__ __forceinline__ int attn_ctx(int pos, int max_blocks, int partition, int max_splits) {
     return min(pos + 1, min(max_blocks * ATTN_PAGE, partition * max_splits));
@@ -113,10 +116,13 @@ __device__ __forceinline__ void attention_block(
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int c = lane % C, tg = lane / C;
     // Before the PDL wait (the entry points only let the next kernel launch): the step's inputs - positions
-    // and the block table -, the RoPE angles, and an L2 prefetch of this block's old K/V pages (kernels/pdl.cuh
-    // says why that is safe), overlapping the qkv projection's tail. This warp's pages are first, first + 4,
-    // ...: lane i fetches the block of the i-th one up front, so the table lookup is not a dependent load ahead
-    // of every page (partition <= 2048 keeps i < 32); entries past the context are fetched but never used.
+    // and the block table -, the RoPE angles, and an L2 prefetch of this warp's first ATTN_PREFETCH_PAGES old
+    // K/V pages (kernels/pdl.cuh says why that is safe), overlapping the qkv projection's tail. Prefetching
+    // every page of the split instead (512 tokens: 256 KB per block at hd 128, far more than the 60 MB L2 holds
+    // over the resident blocks) evicted lines before their use: B=64 at context 4096 fell from 1.0 to 0.64 of
+    // HBM bandwidth (benchmarks/attention_bandwidth.py). This warp's pages are first, first + 4, ...: lane i
+    // fetches the block of the i-th one up front, so the table lookup is not a dependent load ahead of every
+    // page (partition <= 2048 keeps i < 32); entries past the context are fetched but never used.
     const int first = split * partition / ATTN_PAGE + warp;
     const int my_page = first + lane * ATTN_WARPS;
     const int my_blk = my_page < max_blocks ? block_tables[(long long)b * max_blocks + my_page] : 0;
@@ -145,7 +151,7 @@ __device__ __forceinline__ void attention_block(
     {
         constexpr int LINES = ATTN_PAGE * HD * 2 / 128;  // 128-byte lines of one page's K (and of its V)
         const int t_end = min(t0 + partition, ctx);
-        for (int i = 0, page = first; page * ATTN_PAGE < t_end; ++i, page += ATTN_WARPS) {
+        for (int i = 0, page = first; i < ATTN_PREFETCH_PAGES && page * ATTN_PAGE < t_end; ++i, page += ATTN_WARPS) {
             const long long base = (((long long)__shfl_sync(0xffffffffu, my_blk, i) * n_kv_heads + kh)
                                     * ATTN_PAGE) * HD;
             for (int l = lane; l < 2 * LINES; l += 32) {
