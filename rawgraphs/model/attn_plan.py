@@ -6,7 +6,9 @@ new K/V to the paged cache (``kernels/attention.cu``)::
     plan = attention_plan(cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, batch, cfg.max_seq_len)
     attention_hd<hd>_g<G>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
                           max_blocks, n_heads, n_kv_heads, plan.partition, plan.max_splits, plan.scale,
-                          theta)                                          # plan.attention, name plan.kernel
+                          rope_cos, rope_sin)                             # plan.attention, name plan.kernel
+
+``rope_cos`` / ``rope_sin`` are fp32 ``[max_blocks * 16, hd/2]`` tables (``reference.rope_tables``).
 
 With ``counters`` (int32, ``plan.counters_shape``, zeroed once) the last block of each (row, head group)
 merges the splits itself (fused combine: one launch). With ``counters`` null and ``plan.combine``, a second

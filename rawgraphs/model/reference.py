@@ -60,6 +60,12 @@ def linear(x, w) -> np.ndarray:
     return _f64(x) @ _f64(w).T
 
 
+def _rope_angles(positions, head_dim: int, theta: float) -> np.ndarray:
+    """float64 ``pos * theta^(-2i/hd)`` for ``positions[T]`` -> ``[T, hd/2]``."""
+    inv_freq = theta ** (-2.0 * np.arange(head_dim // 2, dtype=np.float64) / head_dim)  # [hd/2]
+    return np.asarray(positions, dtype=np.float64)[:, None] * inv_freq[None, :]
+
+
 def rope(x, positions, theta: float) -> np.ndarray:
     """Rotate-half RoPE of ``x[B, nh, hd]`` at ``positions[B]`` -> ``[B, nh, hd]``.
 
@@ -69,8 +75,7 @@ def rope(x, positions, theta: float) -> np.ndarray:
     x = _f64(x)
     positions = np.asarray(positions, dtype=np.int64)
     half = x.shape[-1] // 2
-    inv_freq = theta ** (-2.0 * np.arange(half, dtype=np.float64) / x.shape[-1])  # [hd/2]
-    angle = positions[:, None].astype(np.float64) * inv_freq[None, :]  # [B, hd/2]
+    angle = _rope_angles(positions, x.shape[-1], theta)  # [B, hd/2]
     cos, sin = np.cos(angle)[:, None, :], np.sin(angle)[:, None, :]  # [B, 1, hd/2]
     x1, x2 = x[..., :half], x[..., half:]
     out = np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)  # [B, nh, hd]
@@ -81,9 +86,7 @@ def rope(x, positions, theta: float) -> np.ndarray:
 def rope_tables(head_dim: int, theta: float, max_len: int) -> tuple[np.ndarray, np.ndarray]:
     """fp32 ``cos, sin [max_len, hd/2]`` of ``pos * theta^(-2i/hd)``, computed in float64 then rounded (the
     tables the attention kernel and the PyTorch twin rotate with)."""
-    half = head_dim // 2
-    inv_freq = theta ** (-2.0 * np.arange(half, dtype=np.float64) / head_dim)  # [hd/2]
-    angle = np.arange(max_len, dtype=np.float64)[:, None] * inv_freq[None, :]  # [T, hd/2]
+    angle = _rope_angles(np.arange(max_len), head_dim, theta)  # [T, hd/2]
     return np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
 
 
