@@ -6,8 +6,9 @@ timed launch is queued behind a ~50 us spin kernel so the GPU never waits for Py
 rotated over copies that together exceed the 60 MB L2 (cold reads, as in decode). Median of CUDA-event times
 (attention alone, attention + combine, and attention with the combine fused in, as the decode step runs it);
 GB/s of K+V bytes read and the ratio to the measured 4270 GB/s copy bandwidth. Then:
-B=48 with 11 inactive rows next to B=37 (inactive rows must cost next to nothing); B=1 at context 513 and 4096
-with 64, 128 and 256 tokens per split (the fixed cost of a short batch).
+B=48 with 11 inactive rows next to B=37 (inactive rows must cost next to nothing); B = 1, 8, 64 at context 513
+with 0 and 2 K/V pages per warp prefetched into L2 before the PDL wait (the plan prefetches at B = 1 only); B=1 at
+context 513 and 4096 with 64, 128 and 256 tokens per split (the fixed cost of a short batch).
 
 Usage: PYTHONPATH=. python3 benchmarks/attention_bandwidth.py [--out results.json] [--reps 50]
 """
@@ -19,6 +20,7 @@ import json
 import math
 import platform
 import subprocess
+from dataclasses import replace
 
 import ml_dtypes
 import numpy as np
@@ -40,10 +42,13 @@ SPIN = """extern "C" __global__ void spin(long long cycles) {
 
 
 def time_case(mods, stream, kvh: int, batch: int, ctx: int, active: int, reps: int,
-              g: int | None = None, partition: int | None = None) -> dict:
+              g: int | None = None, partition: int | None = None, prefetch: int | None = None) -> dict:
     """Median time of attention (+ combine) for ``batch`` rows, the first ``active`` of them at context
-    ``ctx`` (``g`` forces the query heads per block, ``partition`` the tokens per split)."""
+    ``ctx`` (``g`` forces the query heads per block, ``partition`` the tokens per split, ``prefetch`` the pages
+    per warp moved into L2 before the wait)."""
     plan = attention_plan(H, kvh, HD, batch, MAX_SEQ, heads_per_block=g, partition=partition)
+    if prefetch is not None:
+        plan = replace(plan, prefetch=prefetch)
     max_blocks = MAX_SEQ // 16
     used = active * math.ceil(ctx / 16)  # blocks read per launch
     block_bytes = kvh * 16 * HD * 2  # one cache's block, bf16
@@ -75,7 +80,8 @@ def time_case(mods, stream, kvh: int, batch: int, ctx: int, active: int, reps: i
     attn_args, fused_args = ([attn.args(out=out, part_o=part_o, part_ml=part_ml, counters=c, qkv=qkv, k_cache=k_cache,
                                         v_cache=v_cache, block_tables=t, positions=positions, max_blocks=max_blocks,
                                         n_heads=H, n_kv_heads=kvh, partition=plan.partition,
-                                        max_splits=plan.max_splits, scale=plan.scale, rope_cos=cos, rope_sin=sin)
+                                        max_splits=plan.max_splits, prefetch=plan.prefetch, scale=plan.scale,
+                                        rope_cos=cos, rope_sin=sin)
                               for t in tables] for c in (0, counters))
     comb_args = comb.args(out=out, part_o=part_o, part_ml=part_ml, positions=positions, max_blocks=max_blocks,
                           n_heads=H, head_dim=HD, partition=plan.partition, max_splits=plan.max_splits)
@@ -101,7 +107,8 @@ def time_case(mods, stream, kvh: int, batch: int, ctx: int, active: int, reps: i
     us = float(np.median(times))
     gbs = kv_bytes / us / 1e3
     return {"kvh": kvh, "g": plan.heads_per_block, "batch": batch, "active": active, "ctx": ctx,
-            "partition": plan.partition, "splits": plan.max_splits, "grid": list(plan.attention.grid),
+            "partition": plan.partition, "prefetch": plan.prefetch, "splits": plan.max_splits,
+            "grid": list(plan.attention.grid),
             "kv_mb": kv_bytes / 2**20,
             "median_us": us, "attention_us": float(np.median(attn_times)),
             "fused_us": float(np.median(fused_times)), "gbs": gbs, "ratio": gbs / HBM_GBS}
@@ -128,18 +135,21 @@ def main() -> None:
         for batch in (8, 64):  # GQA with fewer heads per block (K/V read G/g times, the later reads from L2)
             for g in (2, 1):
                 rows.append(time_case(mods, stream, 4, batch, 4096, batch, a.reps, g))
+        for batch in (1, 8, 64):  # K/V pages per warp prefetched into L2 before the wait: the plan's vs 0 / 2
+            for prefetch in (0, 2):
+                rows.append(time_case(mods, stream, 16, batch, 513, batch, a.reps, prefetch=prefetch))
         for partition in (64, 128, 256):  # the decode benchmark's B = 1 case (context 512 + the new token)
             for ctx in (513, 4096):
                 rows.append(time_case(mods, stream, 16, 1, ctx, 1, a.reps, partition=partition))
 
     print(f"{dev.name}  H={H} hd={HD} plan max_seq_len={MAX_SEQ}  registers: "
           + ", ".join(f"{n} {a['registers']} (spill {a['local_bytes']} B)" for n, a in attrs.items()))
-    print(f"{'KVH':>4} {'G':>2} {'B':>3} {'act':>3} {'ctx':>5} {'part':>4} {'spl':>3} {'KV MB':>8} "
+    print(f"{'KVH':>4} {'G':>2} {'B':>3} {'act':>3} {'ctx':>5} {'part':>4} {'pf':>2} {'spl':>3} {'KV MB':>8} "
           f"{'attn us':>8} {'total us':>8} {'fused us':>8} {'GB/s':>7} {'/4270':>6}")
     for r in rows:
         print(f"{r['kvh']:>4} {r['g']:>2} {r['batch']:>3} {r['active']:>3} {r['ctx']:>5} {r['partition']:>4} "
-              f"{r['splits']:>3} {r['kv_mb']:>8.1f} {r['attention_us']:>8.2f} {r['median_us']:>8.2f} "
-              f"{r['fused_us']:>8.2f} "
+              f"{r['prefetch']:>2} {r['splits']:>3} {r['kv_mb']:>8.1f} {r['attention_us']:>8.2f} "
+              f"{r['median_us']:>8.2f} {r['fused_us']:>8.2f} "
               f"{r['gbs']:>7.0f} {r['ratio']:>6.2f}")
     try:
         rev = subprocess.run(["git", "rev-parse", "HEAD"], check=False, capture_output=True,

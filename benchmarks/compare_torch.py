@@ -25,7 +25,10 @@ Same seeded weights (``Weights.random(cfg, seed)``), same prompts, same process 
   time     GPU time per step (CUDA events: ``time_gpu`` for rawgraphs, ``torch.cuda.Event`` for torch), host time
            per step (enqueue cost), capture time and graph memory, for rawgraphs eager / graph, torch eager /
            CUDAGraph, and torch.compile(mode="reduce-overhead") for ``1b`` at B=1 when it compiles within 120 s
-           (not with ``--quick``).
+           (not with ``--quick``). torch.compile runs in a child process of its own (same weights, prompt and
+           buffer sizes; its tokens are checked against a torch CUDAGraph in that process): in this process, after
+           the ``small`` model's run, its first torch eager step after the 1b compile hit an illegal address,
+           while 1b alone, torch alone, or CUDA_LAUNCH_BLOCKING=1 ran clean (benchmarks/diagnostics/, session 3).
 
 Target: rawgraphs graph step <= 0.25x torch CUDAGraph's at B=1 on ``1b`` (PASS/MISS).
 Timing runs at the context the generation left (prompt + 31 tokens); torch attends over its whole static cache
@@ -41,6 +44,8 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib.util
+import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -170,12 +175,52 @@ def check_tokens(model: str, rg: DecodeModel, tm: TorchDecoder, B: int, stream: 
             "torch_eager_vs_graph": match_length(t_eager, t_graph), "steps": N_NEW,
             "rg_graph": rg_graph, "rg_capture_ms": rg_capture_s * 1e3, "rg_graph_mib": rg_mem / 2**20,
             "torch_capture_ms": stats.seconds * 1e3, "torch_graph_mib": stats.reserved / 2**20,
-            "torch_graph_alloc_mib": stats.allocated / 2**20, "prompts": ps, "torch_tokens": t_graph}
+            "torch_graph_alloc_mib": stats.allocated / 2**20}
+
+
+def compile_child(spec: str) -> int:
+    """``--compile-child MODEL,B,MAX_BATCH,SEED``: torch.compile of the twin alone in this process; prints one JSON
+    line: the compile message and, when it compiled, compile ms, tokens matching torch CUDAGraph, GPU and host
+    us samples."""
+    import torch
+
+    model, B, max_batch, seed = spec.split(",")
+    B, cfg = int(B), ModelConfig.preset(model)
+    weights = Weights.random(cfg, int(seed))
+    tm = TorchDecoder(cfg, weights, int(max_batch), MAX_LEN)
+    del weights
+    ps = prompts_for(cfg, B)
+    t_graph = tm.generate(ps, N_NEW, "graph")
+    t0 = time.perf_counter()
+    fn, message = tm.try_compile(B, COMPILE_BUDGET_S)
+    out = {"message": message, "compile_ms": (time.perf_counter() - t0) * 1e3}
+    if fn is not None:
+        out["tokens_match"] = match_length(tm.generate(ps, N_NEW, "compile"), t_graph)
+        out["gpu"] = time_torch(fn, **TIMING)
+        out["host"] = time_host(fn, sync=torch.cuda.synchronize, **HOST)
+        torch.cuda.synchronize()
+    print(json.dumps(out))
+    return 0
+
+
+def compile_in_child(model: str, B: int, max_batch: int, seed: int) -> dict:
+    """Run :func:`compile_child` in a process of its own; its JSON, or ``{"message": why it failed}``."""
+    cmd = [sys.executable, __file__, "--compile-child", f"{model},{B},{max_batch},{seed}"]
+    try:
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_BUDGET_S + 300)
+    except subprocess.TimeoutExpired:
+        return {"message": f"torch.compile child ran past {COMPILE_BUDGET_S + 300:.0f} s: left out"}
+    lines = run.stdout.strip().splitlines()
+    if run.returncode or not lines or not lines[-1].startswith("{"):
+        tail = " | ".join((run.stdout + run.stderr).strip().splitlines()[-3:])
+        return {"message": f"torch.compile child failed (exit {run.returncode}): {tail}"}
+    return json.loads(lines[-1])
 
 
 def time_case(model: str, rg: DecodeModel, tm: TorchDecoder, B: int, stream: Stream, check: dict,
-              try_compile: bool, notes: list[str]) -> list[dict]:
-    """Rows of GPU time per step (raw samples) with host time, capture time and graph memory."""
+              compile_seed: int | None, notes: list[str]) -> list[dict]:
+    """Rows of GPU time per step (raw samples) with host time, capture time and graph memory; with
+    ``compile_seed``, also torch.compile's, measured in a child process."""
     import torch
 
     rg_eager = step_runner(rg, B, stream, "eager")
@@ -184,16 +229,17 @@ def time_case(model: str, rg: DecodeModel, tm: TorchDecoder, B: int, stream: Str
                ("torch eager", tm.runner(B, "eager"), "torch", None, None),
                ("torch CUDAGraph", tm.runner(B, "graph"), "torch", check["torch_capture_ms"],
                 check["torch_graph_mib"])]
-    if try_compile:
-        t0 = time.perf_counter()
-        fn, message = tm.try_compile(B, COMPILE_BUDGET_S)
-        compile_ms = (time.perf_counter() - t0) * 1e3
-        notes.append(f"{model} B={B}: {message}")
-        print(message, flush=True)
-        if fn is not None:
-            ok = match_length(tm.generate(check["prompts"], N_NEW, "compile"), check["torch_tokens"])
-            notes.append(f"{model} B={B}: torch.compile tokens match torch CUDAGraph for {ok}/{N_NEW} steps")
-            methods.append(("torch.compile", fn, "torch", compile_ms, None))
+    compiled = []  # torch.compile's row, last
+    if compile_seed is not None:
+        child = compile_in_child(model, B, tm.max_batch, compile_seed)
+        notes.append(f"{model} B={B}: {child['message']} (in a process of its own)")
+        print(notes[-1], flush=True)
+        if "gpu" in child:
+            notes.append(f"{model} B={B}: torch.compile tokens match torch CUDAGraph for "
+                         f"{child['tokens_match']}/{N_NEW} steps")
+            compiled.append(make_row(child["gpu"], "us", model=model, method="torch.compile", batch=B,
+                                     host_us=summarize(child["host"]).median, capture_ms=child["compile_ms"],
+                                     graph_mib=None))
     rows = []
     for name, fn, side, capture_ms, mib in methods:
         if side == "rg":
@@ -208,6 +254,7 @@ def time_case(model: str, rg: DecodeModel, tm: TorchDecoder, B: int, stream: Str
             raise RuntimeError(f"{model} B={B}: the device failed while timing {name!r} ({e})") from e
         rows.append(make_row(gpu, "us", model=model, method=name, batch=B,
                              host_us=summarize(host).median, capture_ms=capture_ms, graph_mib=mib))
+    rows += compiled
     base = next(r["summary"]["median"] for r in rows if r["method"] == "torch CUDAGraph")
     for r in rows:
         r["x_torch_graph"] = r["summary"]["median"] / base
@@ -238,8 +285,8 @@ def run_model(model: str, batches: tuple[int, ...], seed: int, try_compile: bool
         checks.append(check)
         line = "  " + check["verdict"].line(f"{model} B={B}")
         if timing:
-            compile_here = try_compile and model == "1b" and B == 1
-            rows += time_case(model, rg, tm, B, stream, check, compile_here, notes)
+            compile_seed = seed if try_compile and model == "1b" and B == 1 else None
+            rows += time_case(model, rg, tm, B, stream, check, compile_seed, notes)
             med = {r["method"]: r["summary"]["median"] for r in rows if r["batch"] == B}
             line += (f"; step us: rawgraphs graph {med['rawgraphs graph']:.1f}, "
                      f"torch CUDAGraph {med['torch CUDAGraph']:.1f}")
@@ -280,7 +327,10 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--tokens", action="store_true", help="token check only: small and 1b at B=1, 8, 64")
     ap.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (its compile can take minutes)")
+    ap.add_argument("--compile-child", metavar="MODEL,B,MAX_BATCH,SEED", help=argparse.SUPPRESS)  # see compile_child
     args = ap.parse_args(argv)
+    if args.compile_child:
+        return compile_child(args.compile_child)
     if importlib.util.find_spec("torch") is None or not gpu_available():
         print("compare_torch needs torch and an NVIDIA GPU; this machine lacks one of them, so nothing ran.")
         return 0

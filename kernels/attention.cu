@@ -46,7 +46,8 @@
 //     block_tables [B, max_blocks]                int32
 //     positions    [B]                            int32
 //     max_blocks   row stride of block_tables; n_heads H, n_kv_heads KVH; partition (tokens per split, a
-//     multiple of 64, at most 2048); max_splits (== gridDim.z); scale (1/sqrt(hd)).
+//     multiple of 64, at most 2048); max_splits (== gridDim.z); prefetch: K/V pages per warp moved into L2
+//     before the PDL wait (attn_plan.py chooses it: it pays at B = 1 only); scale (1/sqrt(hd)).
 //     rope_cos     [max_blocks * 16, hd / 2]     fp32   cos of position x frequency (a constant table)
 //     rope_sin     [max_blocks * 16, hd / 2]     fp32   sin
 //
@@ -73,9 +74,6 @@
 #define ATTN_COMBINE_THREADS 256
 #define LOG2E 1.4426950408889634f
 #define ATTN_NEG_INF (-__int_as_float(0x7f800000))
-#ifndef ATTN_PREFETCH_PAGES
-#define ATTN_PREFETCH_PAGES 2  // pages per warp prefetched into L2 before the PDL wait (see attention_block)
-#endif
 
 __device__ __forceinline__ int attn_ctx(int pos, int max_blocks, int partition, int max_splits) {
     return min(pos + 1, min(max_blocks * ATTN_PAGE, partition * max_splits));
@@ -102,8 +100,8 @@ __device__ __forceinline__ void attention_block(
         int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
         __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
         const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-        int n_kv_heads, int partition, int max_splits, float scale, const float* __restrict__ rope_cos,
-        const float* __restrict__ rope_sin) {
+        int n_kv_heads, int partition, int max_splits, int prefetch, float scale,
+        const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
     constexpr int C = HD / 8;       // lanes per token row (one 16-byte chunk of 8 bf16 each)
     constexpr int TPL = 32 / C;     // tokens covered by one warp-wide load
     constexpr int J = ATTN_PAGE / TPL;  // loads per lane per page (K and V each)
@@ -116,11 +114,11 @@ __device__ __forceinline__ void attention_block(
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int c = lane % C, tg = lane / C;
     // Before the PDL wait (the entry points only let the next kernel launch): the step's inputs - positions
-    // and the block table -, the RoPE angles, and an L2 prefetch of this warp's first ATTN_PREFETCH_PAGES old
-    // K/V pages (kernels/pdl.cuh says why that is safe), overlapping the qkv projection's tail. Prefetching
-    // every page of the split instead (512 tokens: 256 KB per block at hd 128, far more than the 60 MB L2 holds
-    // over the resident blocks) evicted lines before their use: B=64 at context 4096 fell from 1.0 to 0.64 of
-    // HBM bandwidth (benchmarks/attention_bandwidth.py). This warp's pages are first, first + 4, ...: lane i
+    // and the block table -, the RoPE angles, and an L2 prefetch of this warp's first `prefetch` old K/V
+    // pages (kernels/pdl.cuh says why that is safe), overlapping the qkv projection's tail. Prefetching
+    // every page of the split (512 tokens: 256 KB per block at hd 128, far more than the 60 MB L2 holds over
+    // the resident blocks) evicted lines before their use: B=64 at context 4096 fell from 1.0 to 0.64 of HBM
+    // bandwidth (benchmarks/attention_bandwidth.py); from B = 8 on even 2 pages per warp cost 2-15%. This warp's pages are first, first + 4, ...: lane i
     // fetches the block of the i-th one up front, so the table lookup is not a dependent load ahead of every
     // page (partition <= 2048 keeps i < 32); entries past the context are fetched but never used.
     const int first = split * partition / ATTN_PAGE + warp;
@@ -151,7 +149,7 @@ __device__ __forceinline__ void attention_block(
     {
         constexpr int LINES = ATTN_PAGE * HD * 2 / 128;  // 128-byte lines of one page's K (and of its V)
         const int t_end = min(t0 + partition, ctx);
-        for (int i = 0, page = first; i < ATTN_PREFETCH_PAGES && page * ATTN_PAGE < t_end; ++i, page += ATTN_WARPS) {
+        for (int i = 0, page = first; i < prefetch && page * ATTN_PAGE < t_end; ++i, page += ATTN_WARPS) {
             const long long base = (((long long)__shfl_sync(0xffffffffu, my_blk, i) * n_kv_heads + kh)
                                     * ATTN_PAGE) * HD;
             for (int l = lane; l < 2 * LINES; l += 32) {
@@ -375,11 +373,12 @@ attention_hd16_g1(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, f
                   int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
                   __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
                   const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                  int n_kv_heads, int partition, int max_splits, float scale, const float* __restrict__ rope_cos,
-                  const float* __restrict__ rope_sin) {
+                  int n_kv_heads, int partition, int max_splits, int prefetch, float scale,
+                  const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
     attention_block<16, 1>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
-                           max_blocks, n_heads, n_kv_heads, partition, max_splits, scale, rope_cos, rope_sin);
+                           max_blocks, n_heads, n_kv_heads, partition, max_splits, prefetch, scale, rope_cos,
+                           rope_sin);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
@@ -387,11 +386,12 @@ attention_hd16_g2(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, f
                   int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
                   __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
                   const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                  int n_kv_heads, int partition, int max_splits, float scale, const float* __restrict__ rope_cos,
-                  const float* __restrict__ rope_sin) {
+                  int n_kv_heads, int partition, int max_splits, int prefetch, float scale,
+                  const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
     attention_block<16, 2>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
-                           max_blocks, n_heads, n_kv_heads, partition, max_splits, scale, rope_cos, rope_sin);
+                           max_blocks, n_heads, n_kv_heads, partition, max_splits, prefetch, scale, rope_cos,
+                           rope_sin);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
@@ -399,11 +399,12 @@ attention_hd16_g4(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, f
                   int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
                   __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
                   const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                  int n_kv_heads, int partition, int max_splits, float scale, const float* __restrict__ rope_cos,
-                  const float* __restrict__ rope_sin) {
+                  int n_kv_heads, int partition, int max_splits, int prefetch, float scale,
+                  const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
     attention_block<16, 4>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
-                           max_blocks, n_heads, n_kv_heads, partition, max_splits, scale, rope_cos, rope_sin);
+                           max_blocks, n_heads, n_kv_heads, partition, max_splits, prefetch, scale, rope_cos,
+                           rope_sin);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
@@ -411,11 +412,12 @@ attention_hd64_g1(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, f
                   int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
                   __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
                   const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                  int n_kv_heads, int partition, int max_splits, float scale, const float* __restrict__ rope_cos,
-                  const float* __restrict__ rope_sin) {
+                  int n_kv_heads, int partition, int max_splits, int prefetch, float scale,
+                  const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
     attention_block<64, 1>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
-                           max_blocks, n_heads, n_kv_heads, partition, max_splits, scale, rope_cos, rope_sin);
+                           max_blocks, n_heads, n_kv_heads, partition, max_splits, prefetch, scale, rope_cos,
+                           rope_sin);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
@@ -423,11 +425,12 @@ attention_hd64_g2(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, f
                   int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
                   __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
                   const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                  int n_kv_heads, int partition, int max_splits, float scale, const float* __restrict__ rope_cos,
-                  const float* __restrict__ rope_sin) {
+                  int n_kv_heads, int partition, int max_splits, int prefetch, float scale,
+                  const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
     attention_block<64, 2>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
-                           max_blocks, n_heads, n_kv_heads, partition, max_splits, scale, rope_cos, rope_sin);
+                           max_blocks, n_heads, n_kv_heads, partition, max_splits, prefetch, scale, rope_cos,
+                           rope_sin);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
@@ -435,11 +438,12 @@ attention_hd64_g4(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, f
                   int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
                   __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
                   const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                  int n_kv_heads, int partition, int max_splits, float scale, const float* __restrict__ rope_cos,
-                  const float* __restrict__ rope_sin) {
+                  int n_kv_heads, int partition, int max_splits, int prefetch, float scale,
+                  const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
     attention_block<64, 4>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
-                           max_blocks, n_heads, n_kv_heads, partition, max_splits, scale, rope_cos, rope_sin);
+                           max_blocks, n_heads, n_kv_heads, partition, max_splits, prefetch, scale, rope_cos,
+                           rope_sin);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
@@ -447,11 +451,12 @@ attention_hd128_g1(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, 
                    int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
                    __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
                    const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                   int n_kv_heads, int partition, int max_splits, float scale, const float* __restrict__ rope_cos,
-                  const float* __restrict__ rope_sin) {
+                   int n_kv_heads, int partition, int max_splits, int prefetch, float scale,
+                  const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
     attention_block<128, 1>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
-                            max_blocks, n_heads, n_kv_heads, partition, max_splits, scale, rope_cos, rope_sin);
+                            max_blocks, n_heads, n_kv_heads, partition, max_splits, prefetch, scale, rope_cos,
+                           rope_sin);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
@@ -459,11 +464,12 @@ attention_hd128_g2(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, 
                    int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
                    __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
                    const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                   int n_kv_heads, int partition, int max_splits, float scale, const float* __restrict__ rope_cos,
-                  const float* __restrict__ rope_sin) {
+                   int n_kv_heads, int partition, int max_splits, int prefetch, float scale,
+                  const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
     attention_block<128, 2>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
-                            max_blocks, n_heads, n_kv_heads, partition, max_splits, scale, rope_cos, rope_sin);
+                            max_blocks, n_heads, n_kv_heads, partition, max_splits, prefetch, scale, rope_cos,
+                           rope_sin);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
@@ -471,11 +477,12 @@ attention_hd128_g4(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, 
                    int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
                    __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
                    const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                   int n_kv_heads, int partition, int max_splits, float scale, const float* __restrict__ rope_cos,
-                  const float* __restrict__ rope_sin) {
+                   int n_kv_heads, int partition, int max_splits, int prefetch, float scale,
+                  const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
     attention_block<128, 4>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
-                            max_blocks, n_heads, n_kv_heads, partition, max_splits, scale, rope_cos, rope_sin);
+                            max_blocks, n_heads, n_kv_heads, partition, max_splits, prefetch, scale, rope_cos,
+                           rope_sin);
 }
 
 extern "C" __global__ void __launch_bounds__(ATTN_COMBINE_THREADS)

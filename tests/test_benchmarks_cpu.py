@@ -115,3 +115,12 @@ def test_device_loop_sweeps():
     assert device_loop.sweep(True) == (("small",), (16, 128))
     assert device_loop.sweep(False) == (("small", "1b"), (16, 128, 512))
     assert device_loop.EOS_NEVER < 0
+
+
+@pytest.mark.skipif(gpu_available(), reason="with a GPU the child would compile and time the twin")
+def test_compare_torch_compile_child_failure_comes_back_as_a_message():
+    import compare_torch  # torch itself is imported only inside the child
+
+    child = compare_torch.compile_in_child("tiny", 1, 1, 0)
+    assert set(child) == {"message"} and child["message"].startswith("torch.compile child failed (exit 1)")
+    assert "Error" in child["message"]  # the child's last lines name why (no torch here, or no GPU)

@@ -33,7 +33,7 @@ def test_signatures():
         if name != "attention_combine":
             assert sig.names == ("out", "part_o", "part_ml", "counters", "qkv", "k_cache", "v_cache",
                                  "block_tables", "positions", "max_blocks", "n_heads", "n_kv_heads", "partition",
-                                 "max_splits", "scale", "rope_cos", "rope_sin")
+                                 "max_splits", "prefetch", "scale", "rope_cos", "rope_sin")
 
 
 def test_plan_shapes():
@@ -42,6 +42,7 @@ def test_plan_shapes():
     assert p.attention.grid == (1, 16, 4096 // p.partition) and p.combine
     assert p.part_o_shape == (1, 16, p.max_splits, 128) and p.part_ml_shape == (1, 16, p.max_splits, 2)
     assert p.counters_shape == (1, 16)
+    assert p.prefetch == 2 and attention_plan(16, 16, 128, batch=2, max_seq_len=4096).prefetch == 0
     assert attention_plan(16, 4, 128, batch=3, max_seq_len=4096).counters_shape == (3, 4)  # G = 4
     assert p.workspace_bytes == 4 * (16 * p.max_splits * 130)
     assert p.combine_shape.grid == (1, 16, 1) and p.combine_shape.shared == 4 * (2 * p.max_splits + 256)
@@ -131,8 +132,8 @@ def run_attention(mod, stream, qkv, k_cache, v_cache, tables, positions, plan, t
     k.launch(plan.attention, k.args(out=out, part_o=part_o, part_ml=part_ml,
                                     counters=0 if counters is None else counters, **bufs,
                                     max_blocks=tables.shape[1], n_heads=n_heads, n_kv_heads=kvh,
-                                    partition=plan.partition, max_splits=plan.max_splits, scale=plan.scale,
-                                    rope_cos=cos, rope_sin=sin), stream)
+                                    partition=plan.partition, max_splits=plan.max_splits,
+                                    prefetch=plan.prefetch, scale=plan.scale, rope_cos=cos, rope_sin=sin), stream)
     if plan.combine and counters is None:
         c = mod.kernel("attention_combine")
         c.launch(plan.combine_shape, c.args(out=out, part_o=part_o, part_ml=part_ml,

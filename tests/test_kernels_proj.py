@@ -18,7 +18,7 @@ import pytest
 
 from rawgraphs.compiler import compile_file
 from rawgraphs.model import reference as ref
-from rawgraphs.model.plans import OUT_MODES, PARTIAL, SMS, X_OPS, gemv_plan, max_workspace_bytes
+from rawgraphs.model.plans import OUT_MODES, PARTIAL, SMS, X_OPS, gemv_plan, max_workspace_bytes, tc_target_blocks
 
 BF16 = ml_dtypes.bfloat16
 FILES = ["embedding", "rmsnorm", "gemv", "silu_mul", "sample"]
@@ -85,7 +85,7 @@ def test_gemv_plan(B, N, K):
         if B > 16:
             assert plan.grid[0] * 64 >= B
         blocks = math.prod(plan.grid) // plan.splits
-        limit = {"gemv_mma": SMS // 2, "gemm_tc": 2 * SMS}[plan.kernel]
+        limit = {"gemv_mma": SMS // 2, "gemm_tc": tc_target_blocks(B)}[plan.kernel]
         assert plan.splits == 1 or blocks < limit
     launches = plan.launches("y", "x", "w", "ws", B, N, K)
     assert launches[0].args["norm"] == 0 and launches[0].args["x_op"] == X_OPS["plain"]
@@ -101,6 +101,13 @@ def test_gemv_plan(B, N, K):
         with pytest.raises(ValueError, match="workspace"):
             plan.launches("y", "x", "w", None, B, N, K)
 
+
+
+def test_gemm_tc_splits_until_three_blocks_per_sm_for_one_row_tile():
+    assert tc_target_blocks(64) == 3 * SMS and tc_target_blocks(65) == 2 * SMS
+    qkv = gemv_plan(37, 6144, 2048, "bf16", x_op="rmsnorm")  # 96 column tiles: 5 splits reach 3 x 132 blocks
+    assert qkv.kernel == "gemm_tc" and qkv.grid == (1, 96, 5) and qkv.splits == 5
+    assert gemv_plan(128, 6144, 2048).grid == (2, 96, 2)  # two row tiles: 2 x 132
 
 @pytest.mark.parametrize("x_op", ["rmsnorm", "silu_mul"])
 def test_gemv_plan_x_op(x_op):

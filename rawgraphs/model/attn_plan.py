@@ -5,8 +5,8 @@ new K/V to the paged cache (``kernels/attention.cu``)::
 
     plan = attention_plan(cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, batch, cfg.max_seq_len)
     attention_hd<hd>_g<G>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
-                          max_blocks, n_heads, n_kv_heads, plan.partition, plan.max_splits, plan.scale,
-                          rope_cos, rope_sin)                             # plan.attention, name plan.kernel
+                          max_blocks, n_heads, n_kv_heads, plan.partition, plan.max_splits, plan.prefetch,
+                          plan.scale, rope_cos, rope_sin)                 # plan.attention, name plan.kernel
 
 ``rope_cos`` / ``rope_sin`` are fp32 ``[max_blocks * 16, hd/2]`` tables (``reference.rope_tables``).
 
@@ -41,6 +41,10 @@ _HEADS_PER_BLOCK = (4, 2, 1)  # G of the entry points (register-resident accumul
 _COMBINE_THREADS = 256  # attention_combine's block (ATTN_COMBINE_THREADS)
 _PARTITIONS = (512, 256, 128, 64)  # tokens per split, largest first (a multiple of 4 warps * 16 tokens)
 _SHORT_CONTEXT = 512  # the context a decode step must also fill the GPU at (see attention_plan)
+# K/V pages per warp prefetched into L2 before the PDL wait, by batch: only a single row gains (H200, fused
+# attention, isolated, 0 / 2 pages: B=1 ctx 513 9.86 / 9.42 us; B=8 ctx 513 15.9 / 18.4, ctx 4096 78.5 / 88.7;
+# B=37 ctx 513 45.0 / 48.2; B=64 ctx 4096 503 / 515 us; benchmarks/NOTES.md, session 4)
+_PREFETCH_B1 = 2
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,7 @@ class AttentionPlan:
     heads_per_block : G, query heads served by one block (all of one KV head's group, or an equal share of it;
         4, 2 or 1).
     partition : tokens per split; max_splits = ceil(max_seq_len / partition).
+    prefetch : K/V pages per warp the kernel moves into L2 before its PDL wait (2 at B = 1, else 0).
     combine : whether attention_combine must run (max_splits > 1); otherwise attention writes ``out`` itself.
     part_o_shape, part_ml_shape : fp32 workspaces ``[B, H, max_splits, hd]`` and ``[B, H, max_splits, 2]``.
     counters_shape : int32 ``[B, H / G]`` arrival counters of the fused combine.
@@ -65,6 +70,7 @@ class AttentionPlan:
     heads_per_block: int
     partition: int
     max_splits: int
+    prefetch: int
     scale: float
     part_o_shape: tuple[int, int, int, int]
     part_ml_shape: tuple[int, int, int, int]
@@ -123,6 +129,7 @@ def attention_plan(n_heads: int, n_kv_heads: int, head_dim: int, batch: int, max
         heads_per_block=g,
         partition=partition,
         max_splits=splits,
+        prefetch=_PREFETCH_B1 if batch == 1 else 0,
         scale=1.0 / math.sqrt(head_dim),
         part_o_shape=(batch, n_heads, splits, head_dim),
         part_ml_shape=(batch, n_heads, splits, 2),

@@ -15,8 +15,8 @@ at B = 1 the one-wave ``gemv`` took the 1b decode step from 0.97 to 0.83 ms (gra
 previous 4-rows-per-block GEMV and the same kernel with half the grid (16 warps per SM, 1.18 ms) lost; at B = 8
 ``gemv_mma`` takes 40-50% less time than B passes of a CUDA-core GEMV; at B = 64 and 256 ``gemm_tc`` wins.
 
-When the grid would leave SMs idle (``gemm_tc``: fewer than ``2 * SMS`` blocks; ``gemv_mma``: fewer than
-``SMS // 2``) the K range is split; ``gemv`` splits only where its x row would not fit in shared memory
+When the grid would leave SMs idle (``gemm_tc``: fewer than ``tc_target_blocks(B)`` blocks; ``gemv_mma``: fewer
+than ``SMS // 2``) the K range is split; ``gemv`` splits only where its x row would not fit in shared memory
 (K > 7616). The main kernel then writes fp32 partials to a **workspace** ``[splits, B, N]``
 (``plan.workspace_bytes``) and ``splitk_reduce`` adds them in a fixed order and applies the output
 (bit-identical run to run; no atomics). The decode step allocates one workspace of ``max_workspace_bytes(...)``
@@ -39,7 +39,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-__all__ = ["OUT_MODES", "PARTIAL", "X_OPS", "SMS", "GemvPlan", "Launch", "gemv_plan", "max_workspace_bytes"]
+__all__ = ["OUT_MODES", "PARTIAL", "X_OPS", "SMS", "GemvPlan", "Launch", "gemv_plan", "max_workspace_bytes",
+           "tc_target_blocks"]
 
 OUT_MODES = {"bf16": 0, "residual": 1, "f32": 2}  # the `mode` argument of kernels/gemv.cu
 PARTIAL = 3  # mode: write fp32 partials of one K split
@@ -118,6 +119,15 @@ def _splits(blocks: int, K: int, target: int, min_chunk: int, force: int | None)
     return math.ceil(K / k_chunk), k_chunk
 
 
+def tc_target_blocks(B: int) -> int:
+    """gemm_tc's grid target (K is split until the grid reaches it): ``3 * SMS`` blocks while the batch fits one
+    64-row tile, else ``2 * SMS``. A block streams one 64 x 64 weight tile ahead, so blocks in flight set the
+    bandwidth; with one row tile a third block per SM took the 1b graph step at context 512 from 2.33 / 2.94 /
+    4.11 ms to 2.21 / 2.73 / 3.79 ms at B = 24 / 37 / 64, while at B = 128 (two row tiles: every weight tile
+    already read twice) it lost 2% (6.93 -> 7.09 ms; H200, session 4)."""
+    return (3 if B <= TC_TILE else 2) * SMS
+
+
 def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = None,
               splits: int | None = None, x_op: str = "plain") -> GemvPlan:
     """The launch plan for ``y[B, N] (out) op(x)[B, K] @ W[N, K]^T``; ``K % 8 == 0`` (16-byte rows).
@@ -157,7 +167,7 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         grid = (tiles, splits, 1)
     elif kernel == "gemm_tc":
         block, tm, tn = (128, 1, 1), math.ceil(B / TC_TILE), math.ceil(N / TC_TILE)
-        splits, k_chunk = _splits(tm * tn, K, 2 * SMS, 256, splits)
+        splits, k_chunk = _splits(tm * tn, K, tc_target_blocks(B), 256, splits)
         grid = (tm, tn, splits)
     else:
         raise ValueError(f"unknown gemv kernel {kernel!r}; one of gemv, gemv_mma, gemm_tc")
