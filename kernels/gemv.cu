@@ -32,10 +32,14 @@
 //                                                   every block computes its batch rows' inv_rms over all of K)
 //   2 X_SILU     x [B, 2K] bf16 (gate | up), input = bf16(silu(x[b, k]) * x[b, K + k])  (silu_mul.cu's)
 //
+// Inactive rows: positions int32 [B] (may be null: every row active); a row with positions[b] < 0 reads no
+//   input: OUT_BF16 / OUT_F32 store zeros for it, OUT_RESIDUAL leaves y as it is, OUT_PARTIAL writes nothing
+//   (splitk_reduce, given the same positions, skips the row too). Padding rows of a captured batch cost no reads.
+//
 // Arguments: y (see mode), x (see x_op) bf16, w [N, K] bf16, norm [K] bf16 (X_RMSNORM; else may be null),
-//   B, N, K int32 (K % 8 == 0, pointers 16-byte aligned), k_chunk int32: K elements per split (a multiple of
+//   positions int32 [B] (may be null), B, N, K int32 (K % 8 == 0, pointers 16-byte aligned), k_chunk int32: K elements per split (a multiple of
 //   8; split s covers [s * k_chunk, min(K, (s + 1) * k_chunk))), mode int32, eps float (X_RMSNORM), x_op int32.
-//   splitk_reduce: partial [splits, B, N] fp32, splits int32, mode 0/1/2.
+//   splitk_reduce: partial [splits, B, N] fp32, positions, B, N, splits int32, mode 0/1/2.
 #include "common.cuh"
 #include "pdl.cuh"
 
@@ -63,6 +67,17 @@ __device__ __forceinline__ void store_out(void* y, int mode, int split, int B, i
     } else {
         static_cast<float*>(y)[(size_t)split * B * N + i] = v;
     }
+}
+
+__device__ __forceinline__ bool row_active(const int* __restrict__ positions, int b) {
+    return positions == nullptr || __ldg(positions + b) >= 0;
+}
+
+// store_out for a row that may be inactive: zeros for OUT_BF16 / OUT_F32, nothing for OUT_RESIDUAL / OUT_PARTIAL.
+__device__ __forceinline__ void store_row(void* y, int mode, int split, int B, int N, int b, int n, float v,
+                                          bool active) {
+    if (active) store_out(y, mode, split, B, N, b, n, v);
+    else if (mode == OUT_BF16 || mode == OUT_F32) store_out(y, mode, split, B, N, b, n, 0.0f);
 }
 
 // Eight input elements [k, k + 8) of batch row b, transformed by x_op (inv: the row's inverse RMS, X_RMSNORM).
@@ -99,14 +114,26 @@ __device__ __forceinline__ float row_sumsq(const bf16* __restrict__ x, int b, in
     return ss;
 }
 
-// inv_s[r] = 1 / sqrt(mean(x[b0 + r]^2) + eps) for r < nb (rows >= nb: 1), one warp per row in a fixed
-// order (deterministic); ends with a barrier. Only for X_RMSNORM.
-__device__ __forceinline__ void rows_inv_rms(float* inv_s, const bf16* __restrict__ x, int b0, int nb, int rows,
-                                             int K, float eps) {
+// The input scale of rows b0 + r, r < rows, in two steps. rows_active: scale_s[r] = 1 for an active row
+// (r < nb), 0 otherwise (read as zeros); one thread per row, no barrier, and it reads only positions, so it
+// runs before the PDL wait (pdl.cuh) and its latency hides behind the previous kernel.
+__device__ __forceinline__ void rows_active(float* scale_s, const int* __restrict__ positions, int b0, int nb,
+                                            int rows) {
+    for (int r = threadIdx.x; r < rows; r += blockDim.x)
+        scale_s[r] = r < nb && row_active(positions, b0 + r) ? 1.0f : 0.0f;
+}
+
+// rows_scale, after rows_active and the PDL wait: X_RMSNORM turns each active row's 1 into
+// 1 / sqrt(mean(x[b0 + r]^2) + eps) (> 0), one warp per row in a fixed order (deterministic). Barriers around.
+__device__ __forceinline__ void rows_scale(float* scale_s, const bf16* __restrict__ x, int x_op, int b0, int rows,
+                                           int K, float eps) {
+    __syncthreads();
+    if (x_op != X_RMSNORM) return;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     for (int r = warp; r < rows; r += nwarps) {
-        const float ss = r < nb ? warp_sum(row_sumsq(x, b0 + r, K, lane, 32)) : 0.0f;
-        if (lane == 0) inv_s[r] = r < nb ? rsqrtf(ss / (float)K + eps) : 1.0f;
+        if (scale_s[r] == 0.0f) continue;  // warp-uniform
+        const float ss = warp_sum(row_sumsq(x, b0 + r, K, lane, 32));
+        if (lane == 0) scale_s[r] = rsqrtf(ss / (float)K + eps);
     }
     __syncthreads();
 }
@@ -127,14 +154,14 @@ __device__ __forceinline__ void w_tile_load(uint4 v[4], const bf16* w, int row0,
     }
 }
 
-// The x tile (batch rows [row0, row0 + 64)), transformed by x_op (inv_s: the tile rows' inverse RMS).
+// The x tile (batch rows [row0, row0 + 64)), transformed by x_op (scale_s: rows_scale of the tile's rows).
 __device__ __forceinline__ void x_tile_load(uint4 v[4], const bf16* x, const bf16* norm, int x_op,
-                                            const float* inv_s, int row0, int rows, int K, int k, int k1) {
+                                            const float* scale_s, int row0, int K, int k, int k1) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int c = threadIdx.x + i * 128, r = c / 8, col = k + (c % 8) * 8;
-        v[i] = row0 + r < rows && col < k1 ? load_x8(x, norm, x_op, inv_s[r], row0 + r, K, col)
-                                           : make_uint4(0, 0, 0, 0);
+        v[i] = scale_s[r] != 0.0f && col < k1 ? load_x8(x, norm, x_op, scale_s[r], row0 + r, K, col)
+                                              : make_uint4(0, 0, 0, 0);
     }
 }
 
@@ -158,10 +185,10 @@ __device__ __forceinline__ unsigned lds32(const bf16* p) { return *reinterpret_c
 
 extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* __restrict__ x,
                                                           const bf16* __restrict__ w,
-                                                          const bf16* __restrict__ norm, int B, int N, int K,
+                                                          const bf16* __restrict__ norm,
+                                                          const int* __restrict__ positions, int B, int N, int K,
                                                           int k_chunk, int mode, float eps, int x_op) {
-    pdl_begin();
-    __shared__ float inv_s[TC_M];
+    __shared__ float scale_s[TC_M];
     constexpr int TILE = TC_M * TC_LD;  // elements per operand tile (TC_M == TC_N)
     __shared__ __align__(16) bf16 smem[4 * TILE];
     bf16* xs = smem;                             // [2][64][TC_LD]: x tile, batch rows x k
@@ -173,7 +200,9 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;  // this warp's 32 x 32 output tile
     const int g = lane >> 2, t2 = (lane & 3) * 2;           // mma fragment coordinates
-    if (x_op == X_RMSNORM) rows_inv_rms(inv_s, x, m0, min(TC_M, B - m0), TC_M, K, eps);
+    rows_active(scale_s, positions, m0, min(TC_M, B - m0), TC_M);
+    pdl_begin();
+    rows_scale(scale_s, x, x_op, m0, TC_M, K, eps);
 
     float acc[2][4][4];  // [m16 frag][n8 frag][4]
 #pragma unroll
@@ -184,7 +213,7 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
     uint4 xv[4], wv[4];
-    x_tile_load(xv, x, norm, x_op, inv_s, m0, B, K, k0, k1);
+    x_tile_load(xv, x, norm, x_op, scale_s, m0, K, k0, k1);
     w_tile_load(wv, w, n0, N, K, k0, k1);
     tile_store(xs, xv);
     tile_store(ws, wv);
@@ -194,7 +223,7 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
         const int buf = t & 1;
         const bool more = t + 1 < tiles;
         if (more) {
-            x_tile_load(xv, x, norm, x_op, inv_s, m0, B, K, k0 + (t + 1) * TC_K, k1);
+            x_tile_load(xv, x, norm, x_op, scale_s, m0, K, k0 + (t + 1) * TC_K, k1);
             w_tile_load(wv, w, n0, N, K, k0 + (t + 1) * TC_K, k1);
         }
         const bf16* xt = xs + buf * TILE;
@@ -241,7 +270,8 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
     __syncthreads();
     for (int e = threadIdx.x; e < TC_M * TC_N; e += blockDim.x) {
         const int m = e / TC_N, n = e % TC_N;
-        if (m0 + m < B && n0 + n < N) store_out(y, mode, blockIdx.z, B, N, m0 + m, n0 + n, cs[m * TC_LDC + n]);
+        if (m0 + m < B && n0 + n < N)
+            store_row(y, mode, blockIdx.z, B, N, m0 + m, n0 + n, cs[m * TC_LDC + n], scale_s[m] != 0.0f);
     }
 }
 
@@ -254,12 +284,15 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
 // block reduces in fixed order.
 template <int NT>  // n8 batch tiles per pass: batch rows per pass = 8 * NT
 __device__ __forceinline__ void gemv_mma_pass(void* y, const bf16* __restrict__ x, const bf16* __restrict__ w,
-                                              const bf16* __restrict__ norm, int b0, int nb, int B, int N, int K,
-                                              int k0, int k1, int mode, float eps, int x_op) {
+                                              const bf16* __restrict__ norm, const int* __restrict__ positions,
+                                              int b0, int nb, int B, int N, int K, int k0, int k1, int mode,
+                                              float eps, int x_op) {
     __shared__ float red[8][16][8 * NT + 1];  // [warp][weight row][batch column], padded
-    __shared__ float inv_s[8 * NT];           // X_RMSNORM: the pass's rows' inverse RMS
+    __shared__ float scale_s[8 * NT];         // rows_scale of the pass's rows
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t8 = (lane & 3) * 8;
-    if (x_op == X_RMSNORM) rows_inv_rms(inv_s, x, b0, nb, 8 * NT, K, eps);
+    rows_active(scale_s, positions, b0, nb, 8 * NT);
+    if (b0 == 0) pdl_begin();  // the weights' L2 prefetch and the first pass's row flags precede the wait
+    rows_scale(scale_s, x, x_op, b0, 8 * NT, K, eps);
     const int n0 = blockIdx.x * 16;
     const bf16* wlo = w + (size_t)min(n0 + g, N - 1) * K;  // rows past N: loaded, never stored
     const bf16* whi = w + (size_t)min(n0 + g + 8, N - 1) * K;
@@ -284,9 +317,8 @@ __device__ __forceinline__ void gemv_mma_pass(void* y, const bf16* __restrict__ 
 #pragma unroll
             for (int i = 0; i < NT; ++i) {
                 const int b = g + 8 * i;
-                const uint4 xv = b < nb && k < k1
-                    ? load_x8(x, norm, x_op, x_op == X_RMSNORM ? inv_s[b] : 1.0f, b0 + b, K, k)
-                    : make_uint4(0, 0, 0, 0);
+                const uint4 xv = scale_s[b] != 0.0f && k < k1 ? load_x8(x, norm, x_op, scale_s[b], b0 + b, K, k)
+                                                               : make_uint4(0, 0, 0, 0);
                 const unsigned a0[4] = {lo[u].x, hi[u].x, lo[u].y, hi[u].y}, b0f[2] = {xv.x, xv.y};
                 const unsigned a1[4] = {lo[u].z, hi[u].z, lo[u].w, hi[u].w}, b1f[2] = {xv.z, xv.w};
                 mma_bf16_16816(d[i], a0, b0f);
@@ -309,29 +341,30 @@ __device__ __forceinline__ void gemv_mma_pass(void* y, const bf16* __restrict__ 
         float s = 0.0f;
 #pragma unroll
         for (int i = 0; i < 8; ++i) s += red[i][r][c];
-        if (c < nb && n0 + r < N) store_out(y, mode, blockIdx.y, B, N, b0 + c, n0 + r, s);
+        if (c < nb && n0 + r < N) store_row(y, mode, blockIdx.y, B, N, b0 + c, n0 + r, s, scale_s[c] != 0.0f);
     }
     __syncthreads();  // red is reused by the next pass
 }
 
 template <int NT>
-__device__ __forceinline__ void gemv_mma_all(void* y, const bf16* x, const bf16* w, const bf16* norm, int B, int N,
-                                             int K, int k0, int k1, int mode, float eps, int x_op) {
+__device__ __forceinline__ void gemv_mma_all(void* y, const bf16* x, const bf16* w, const bf16* norm,
+                                             const int* positions, int B, int N, int K, int k0, int k1, int mode,
+                                             float eps, int x_op) {
     for (int b0 = 0; b0 < B; b0 += 8 * NT)
-        gemv_mma_pass<NT>(y, x, w, norm, b0, min(8 * NT, B - b0), B, N, K, k0, k1, mode, eps, x_op);
+        gemv_mma_pass<NT>(y, x, w, norm, positions, b0, min(8 * NT, B - b0), B, N, K, k0, k1, mode, eps, x_op);
 }
 
 extern "C" __global__ void __launch_bounds__(256) gemv_mma(void* y, const bf16* __restrict__ x,
                                                            const bf16* __restrict__ w,
-                                                           const bf16* __restrict__ norm, int B, int N, int K,
+                                                           const bf16* __restrict__ norm,
+                                                           const int* __restrict__ positions, int B, int N, int K,
                                                            int k_chunk, int mode, float eps, int x_op) {
     const int pk0 = blockIdx.y * k_chunk;
     prefetch_rows_l2(w, blockIdx.x * 16, 16, N, K, pk0, min(K, pk0 + k_chunk));  // weights: pre-wait
-    pdl_begin();
     const int k0 = blockIdx.y * k_chunk, k1 = min(K, k0 + k_chunk);
-    if (B <= 8) gemv_mma_all<1>(y, x, w, norm, B, N, K, k0, k1, mode, eps, x_op);
-    else if (B <= 16) gemv_mma_all<2>(y, x, w, norm, B, N, K, k0, k1, mode, eps, x_op);
-    else gemv_mma_all<4>(y, x, w, norm, B, N, K, k0, k1, mode, eps, x_op);
+    if (B <= 8) gemv_mma_all<1>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, x_op);
+    else if (B <= 16) gemv_mma_all<2>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, x_op);
+    else gemv_mma_all<4>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, x_op);
 }
 
 // ---- gemv: one-wave weight streaming with per-warp cp.async rings ------------------------------------------
@@ -397,8 +430,8 @@ __device__ __forceinline__ void stage_x(bf16* xs, const bf16* __restrict__ x, co
 // One pass per batch row: x[b] staged as xs[k1 - k0] after the PDL wait.
 template <int XOP>
 __device__ __forceinline__ void gemv_body(void* y, const bf16* __restrict__ x, const bf16* __restrict__ w,
-                                          const bf16* __restrict__ norm, int B, int N, int K, int k0, int k1,
-                                          int mode, float eps, int parts) {
+                                          const bf16* __restrict__ norm, const int* __restrict__ positions,
+                                          int B, int N, int K, int k0, int k1, int mode, float eps, int parts) {
     extern __shared__ __align__(16) unsigned char pipe_raw[];
     __shared__ float scratch[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
@@ -417,7 +450,14 @@ __device__ __forceinline__ void gemv_body(void* y, const bf16* __restrict__ x, c
         st.row = w + (size_t)group * K;
 #pragma unroll
         for (int i = 0; i < PIPE_STAGES - 1; ++i) st.issue();
+        const bool on = row_active(positions, b);  // positions may be read before the wait (pdl.cuh)
         if (b == 0) pdl_begin();  // the first ring is in flight before the wait; x is read after it
+        if (!on) {  // block-uniform: no input read, zeros stored (store_row)
+            cp_async_wait<0>();
+            for (int n = group; n < N && part == 0 && lane == 0; n += groups)
+                store_row(y, mode, blockIdx.y, B, N, b, n, 0.0f, false);
+            continue;
+        }
         __syncthreads();          // xs is free (every warp finished the previous pass)
         stage_x<XOP>(xs, x, norm, b, K, k0, k1, eps, scratch);
         __syncthreads();
@@ -459,20 +499,22 @@ __device__ __forceinline__ void gemv_body(void* y, const bf16* __restrict__ x, c
 // 64 registers at most: 4 blocks of 8 warps fill an SM (plans.py sizes the grid for that).
 extern "C" __global__ void __launch_bounds__(256, 4) gemv(void* y, const bf16* __restrict__ x,
                                                           const bf16* __restrict__ w, const bf16* __restrict__ norm,
-                                                          int B, int N, int K, int k_chunk, int mode, float eps,
-                                                          int x_op, int parts) {
+                                                          const int* __restrict__ positions, int B, int N, int K,
+                                                          int k_chunk, int mode, float eps, int x_op, int parts) {
     const int k0 = blockIdx.y * k_chunk, k1 = min(K, k0 + k_chunk);
-    if (x_op == X_RMSNORM) gemv_body<X_RMSNORM>(y, x, w, norm, B, N, K, k0, k1, mode, eps, parts);
-    else if (x_op == X_SILU) gemv_body<X_SILU>(y, x, w, norm, B, N, K, k0, k1, mode, eps, parts);
-    else gemv_body<X_PLAIN>(y, x, w, norm, B, N, K, k0, k1, mode, eps, parts);
+    if (x_op == X_RMSNORM) gemv_body<X_RMSNORM>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, parts);
+    else if (x_op == X_SILU) gemv_body<X_SILU>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, parts);
+    else gemv_body<X_PLAIN>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, parts);
 }
 
-extern "C" __global__ void splitk_reduce(void* y, const float* __restrict__ partial, int B, int N, int splits,
-                                         int mode) {
-    pdl_begin();
+extern "C" __global__ void splitk_reduce(void* y, const float* __restrict__ partial,
+                                         const int* __restrict__ positions, int B, int N, int splits, int mode) {
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, total = (size_t)B * N;
+    const int b = (int)(i / N);
+    const bool active = i < total && row_active(positions, b);  // before the wait (pdl.cuh)
+    pdl_begin();
     if (i >= total) return;
     float s = 0.0f;
-    for (int k = 0; k < splits; ++k) s += partial[k * total + i];
-    store_out(y, mode, 0, B, N, (int)(i / N), (int)(i % N), s);
+    for (int k = 0; active && k < splits; ++k) s += partial[k * total + i];
+    store_row(y, mode, 0, B, N, b, (int)(i % N), s, active);
 }

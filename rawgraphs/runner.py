@@ -3,9 +3,9 @@
 What serving engines do around their graphs, in the open. Every captured size launches into the *same* static
 buffers of one :class:`~rawgraphs.model.decode.DecodeModel` (they never run concurrently), so capturing 13 sizes
 costs little more device memory than the largest alone. A batch of ``B`` rows runs on the smallest captured
-size ``>= B``; the padding rows are marked inactive in data (position -1) so attention skips them. Nothing falls
-back to eager silently: by default a batch with no graph raises, and the opt-in fallback warns once and counts
-every such step in ``runner.stats``.
+size ``>= B``; the padding rows are marked inactive in data (position -1) so attention and the projections
+skip them. Nothing falls back to eager silently: by default a batch with no graph raises, and the opt-in
+fallback warns once and counts every such step in ``runner.stats``.
 """
 
 from __future__ import annotations

@@ -73,6 +73,7 @@ def test_padding_rows_never_change_real_rows(stream, rng):
     assert busy.tokens[:3] == padded.tokens[:3] and padded.tokens[3:] == [[]] * 5
     for a, b in zip(padded.logits, busy.logits):
         np.testing.assert_array_equal(a[:3], b[:3])
+        assert not a[3:].any()  # inactive rows: the projections read nothing and store zero logits
 
 
 def test_step_is_a_readable_list_of_named_launches():

@@ -49,13 +49,13 @@ def test_signatures():
         "embedding": "out: ptr, tokens: ptr, table: ptr, V: i32, D: i32",
         "rmsnorm": "out: ptr, x: ptr, w: ptr, eps: f32, D: i32",
         "add_rmsnorm": "out: ptr, residual: ptr, x: ptr, w: ptr, eps: f32, D: i32",
-        "gemv": "y: ptr, x: ptr, w: ptr, norm: ptr, B: i32, N: i32, K: i32, k_chunk: i32, mode: i32, "
-                "eps: f32, x_op: i32, parts: i32",
-        "gemv_mma": "y: ptr, x: ptr, w: ptr, norm: ptr, B: i32, N: i32, K: i32, k_chunk: i32, mode: i32, "
-                   "eps: f32, x_op: i32",
-        "gemm_tc": "y: ptr, x: ptr, w: ptr, norm: ptr, B: i32, N: i32, K: i32, k_chunk: i32, mode: i32, "
-                   "eps: f32, x_op: i32",
-        "splitk_reduce": "y: ptr, partial: ptr, B: i32, N: i32, splits: i32, mode: i32",
+        "gemv": "y: ptr, x: ptr, w: ptr, norm: ptr, positions: ptr, B: i32, N: i32, K: i32, k_chunk: i32, "
+                "mode: i32, eps: f32, x_op: i32, parts: i32",
+        "gemv_mma": "y: ptr, x: ptr, w: ptr, norm: ptr, positions: ptr, B: i32, N: i32, K: i32, k_chunk: i32, "
+                    "mode: i32, eps: f32, x_op: i32",
+        "gemm_tc": "y: ptr, x: ptr, w: ptr, norm: ptr, positions: ptr, B: i32, N: i32, K: i32, k_chunk: i32, "
+                   "mode: i32, eps: f32, x_op: i32",
+        "splitk_reduce": "y: ptr, partial: ptr, positions: ptr, B: i32, N: i32, splits: i32, mode: i32",
         "silu_mul": "out: ptr, gu: ptr, F: i32",
         "argmax": "tokens: ptr, logits: ptr, V: i32",
         "sample": "tokens: ptr, logits: ptr, seed: ptr, step: ptr, temperature: f32, V: i32",
@@ -201,13 +201,21 @@ def launch(module, name, grid, block, stream, shared=0, **args):
     k.launch(LaunchShape(grid, block, shared), k.args(**args), stream)
 
 
-def run_gemv(module, y, x, w, B, N, K, out, stream, kernel=None, splits=None, x_op="plain", norm=None, eps=0.0):
+def run_gemv(module, y, x, w, B, N, K, out, stream, kernel=None, splits=None, x_op="plain", norm=None, eps=0.0,
+             positions=None):
     """Launch the plan for one projection (workspace poisoned too) and return the plan."""
     plan = gemv_plan(B, N, K, out, kernel, splits, x_op)
     ws = poisoned((max(plan.workspace_bytes, 1),), np.uint8, stream) if plan.splits > 1 else None
-    for step in plan.launches(y, x, w, ws, B, N, K, norm, eps):
+    for step in plan.launches(y, x, w, ws, B, N, K, norm, eps, positions):
         launch(module, step.kernel, step.grid, step.block, stream, step.shared, **step.args)
     return plan
+
+
+def fused_input(x, g, eps, x_op):
+    """The bf16 tensor a projection with ``x_op`` multiplies: what rmsnorm.cu / silu_mul.cu would store."""
+    if x_op == "rmsnorm":
+        return ref.to_bf16(ref.rmsnorm(x, g, eps))
+    return ref.to_bf16(ref.silu_mul(x)) if x_op == "silu_mul" else x
 
 
 @pytest.fixture(scope="module")
@@ -320,12 +328,8 @@ def test_gemv_fused_input(mods, stream, rng, N, K, x_op):
     g = bf16(rng.uniform(0.5, 1.5, K))  # [K] norm weight
     gd = upload(g)
     for B in [1, 3, 16, 37]:
-        if x_op == "rmsnorm":
-            x = bf16(rng.standard_normal((B, K)) * 3.0)  # [B, K]
-            h = ref.to_bf16(ref.rmsnorm(x, g, eps))  # [B, K]: what rmsnorm.cu stores
-        else:
-            x = bf16(rng.standard_normal((B, 2 * K)) * 3.0)  # [B, 2K] gate | up
-            h = ref.to_bf16(ref.silu_mul(x))  # [B, K]: what silu_mul.cu stores
+        x = bf16(rng.standard_normal((B, 2 * K if x_op == "silu_mul" else K)) * 3.0)  # [B, K] or [B, 2K]
+        h = fused_input(x, g, eps, x_op)  # [B, K]
         want = ref.linear(h, w)  # [B, N]
         xd = upload(x)
         for kernel, splits in [(None, None), *VARIANTS]:
@@ -355,8 +359,7 @@ def test_gemv_any_grid(mods, stream, rng, N, K, x_op):
     g = bf16(rng.uniform(0.5, 1.5, K))  # [K] norm weight
     B = 3
     x = bf16(rng.standard_normal((B, 2 * K if x_op == "silu_mul" else K)) * 3.0)  # [B, K] or [B, 2K]
-    h = {"plain": lambda: x, "rmsnorm": lambda: ref.to_bf16(ref.rmsnorm(x, g, eps)),
-         "silu_mul": lambda: ref.to_bf16(ref.silu_mul(x))}[x_op]()  # [B, K]: the input the kernel multiplies
+    h = fused_input(x, g, eps, x_op)  # [B, K]: the input the kernel multiplies
     want = ref.linear(h, w)  # [B, N]
     wd, xd, gd = upload(w), upload(x), upload(g)
     plan = gemv_plan(B, N, K, "f32", "gemv", x_op=x_op)
@@ -376,6 +379,37 @@ def test_gemv_any_grid(mods, stream, rng, N, K, x_op):
         if parts == plan.parts:
             runs.append(got)
             assert runs[-1].tobytes() == runs[0].tobytes(), where + f": differs from {plan.grid[0]} blocks"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("x_op", ["plain", "rmsnorm", "silu_mul"])
+@pytest.mark.parametrize("N,K", [(2304, 768), (768, 2048), (99, 40)])
+def test_gemv_skips_inactive_rows(mods, stream, rng, N, K, x_op):
+    """Rows with positions < 0 read no input (their x is NaN here) and come out as zeros (bf16, f32) or leave
+    the residual bit-for-bit as it was; the active rows match the reference, for every kernel and split-K."""
+    eps = 1e-5
+    w = bf16(rng.standard_normal((N, K)) / math.sqrt(K))  # [N, K]
+    g = bf16(rng.uniform(0.5, 1.5, K))  # [K] norm weight
+    wd, gd = upload(w), upload(g)
+    for B in [1, 3, 16, 37]:
+        positions = rng.integers(0, 100, size=B).astype(np.int32)  # [B]
+        positions[rng.permutation(B)[:max(1, B // 3)]] = -1  # a third of the rows inactive (B = 1: the row)
+        off = positions < 0
+        x = bf16(rng.standard_normal((B, 2 * K if x_op == "silu_mul" else K)) * 3.0)  # [B, K] or [B, 2K]
+        h = fused_input(x, g, eps, x_op)  # [B, K]
+        want = ref.linear(h, w)  # [B, N]
+        x[off] = np.nan  # an inactive row's input must never be read
+        xd, pd = upload(x), upload(positions)
+        res = bf16(rng.standard_normal((B, N)))  # [B, N]
+        for kernel, splits in VARIANTS:
+            for out, dtype in (("bf16", BF16), ("f32", np.float32), ("residual", BF16)):
+                y = upload(res) if out == "residual" else poisoned((B, N), dtype, stream)
+                plan = run_gemv(mods["gemv"], y, xd, wd, B, N, K, out, stream, kernel, splits, x_op, gd, eps, pd)
+                stream.synchronize()
+                got, where = y.to_numpy().astype(np.float64), f"B={B} {out} {x_op} {plan}"
+                base = res.astype(np.float64) if out == "residual" else np.zeros((B, N))  # [B, N]
+                np.testing.assert_allclose(got[~off], (base + want)[~off], rtol=1e-2, atol=1e-2, err_msg=where)
+                np.testing.assert_array_equal(got[off], base[off], err_msg=where)
 
 
 # ---------------------------------------------------------------- GPU: argmax, sample

@@ -3,7 +3,8 @@
 Every buffer is allocated once for ``max_batch`` rows; a step for batch ``B`` uses the first ``B`` rows. Token
 ids, positions and block tables are *data* in fixed buffers (seed, constraint 4), so the same list of launches
 runs eagerly, is captured by stream capture, or is built as explicit graph nodes, and one graph per batch size
-serves every context length. A row whose position is negative is inactive (padding): attention skips it.
+serves every context length. A row whose position is negative is inactive (padding): attention and the
+projections skip it (no reads; its logits are zeros).
 
 Tensor parallelism (``comm``, :mod:`rawgraphs.model.tensor_parallel`): the model is one rank's shard, and each
 row-parallel projection (o, down) writes its fp32 partial sum instead of the fused residual add; an
@@ -248,7 +249,8 @@ class DecodeModel:
 
         def linear(name, y, x, w, N, K, mode="bf16", x_op="plain", norm=None):  # y[B, N] (mode) op(x) @ w[N, K]^T
             plan = gemv_plan(B, N, K, mode, x_op=x_op)
-            for i, ln in enumerate(plan.launches(y, x, w, self.workspace, B, N, K, norm, c.rms_norm_eps)):
+            for i, ln in enumerate(plan.launches(y, x, w, self.workspace, B, N, K, norm, c.rms_norm_eps,
+                                                       self.positions)):
                 launch(name + (".reduce" if i else ""), ln.kernel, LaunchShape(ln.grid, ln.block, ln.shared),
                        **ln.args)
 
@@ -262,7 +264,8 @@ class DecodeModel:
             # (no PDL): whatever NCCL enqueued (kernels, joins, or nothing for one rank) is finished first.
             add = LaunchShape(math.ceil(B * D / _ADD_THREADS), _ADD_THREADS)
             out.append(Launch(name + ".add", k["splitk_reduce"], add, k["splitk_reduce"].args(
-                y=self.x, partial=self.partial, B=B, N=D, splits=1, mode=OUT_MODES["residual"])))
+                y=self.x, partial=self.partial, positions=self.positions, B=B, N=D, splits=1,
+                mode=OUT_MODES["residual"])))
 
         # RMSNorm is fused into the projection after it and silu_mul into the down projection (x_op): h and
         # m never reach memory; attention applies RoPE, appends K/V and merges its splits itself (counters).

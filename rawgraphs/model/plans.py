@@ -85,17 +85,20 @@ class GemvPlan:
     reduce_grid: tuple[int, int, int] | None
     parts: int = 1  # gemv: warps per weight row (its `parts` argument)
 
-    def launches(self, y, x, w, workspace, B: int, N: int, K: int, norm=None, eps: float = 0.0) -> list[Launch]:
+    def launches(self, y, x, w, workspace, B: int, N: int, K: int, norm=None, eps: float = 0.0,
+                 positions=None) -> list[Launch]:
         """The launches, in order, with every argument of each kernel filled in.
 
-        ``y``, ``x``, ``w``, ``workspace``, ``norm`` are whatever the launcher accepts as pointers (buffers or
-        ints); ``workspace`` may be None when ``splits == 1``; ``norm [K]`` and ``eps`` serve ``x_op ==
-        "rmsnorm"`` (x is ``[B, 2K]`` for ``"silu_mul"``).
+        ``y``, ``x``, ``w``, ``workspace``, ``norm``, ``positions`` are whatever the launcher accepts as pointers
+        (buffers or ints); ``workspace`` may be None when ``splits == 1``; ``norm [K]`` and ``eps`` serve ``x_op ==
+        "rmsnorm"`` (x is ``[B, 2K]`` for ``"silu_mul"``). ``positions`` (int32 ``[B]``, None: every row active)
+        marks inactive rows (``< 0``): they read no input and come out as zeros (``"residual"``: y unchanged).
         """
         if self.x_op == X_OPS["rmsnorm"] and norm is None:
             raise ValueError("an rmsnorm-fused projection needs the norm weight")
-        main = dict(x=x, w=w, norm=0 if norm is None else norm, B=B, N=N, K=K, k_chunk=self.k_chunk, eps=eps,
-                    x_op=self.x_op)
+        positions = 0 if positions is None else positions
+        main = dict(x=x, w=w, norm=0 if norm is None else norm, positions=positions, B=B, N=N, K=K,
+                    k_chunk=self.k_chunk, eps=eps, x_op=self.x_op)
         if self.kernel == "gemv":
             main["parts"] = self.parts
         if self.splits == 1:
@@ -107,7 +110,8 @@ class GemvPlan:
         return [Launch(self.kernel, self.grid, self.block, self.shared,
                        dict(y=workspace, mode=PARTIAL, **main)),
                 Launch("splitk_reduce", self.reduce_grid, (REDUCE_THREADS, 1, 1), 0,
-                       dict(y=y, partial=workspace, B=B, N=N, splits=self.splits, mode=self.out_mode))]
+                       dict(y=y, partial=workspace, positions=positions, B=B, N=N, splits=self.splits,
+                            mode=self.out_mode))]
 
 
 def _splits(blocks: int, K: int, target: int, min_chunk: int, force: int | None) -> tuple[int, int]:

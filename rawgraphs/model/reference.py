@@ -191,15 +191,15 @@ class ReferenceModel:
         """Decode one token per row: ``tokens[B]`` at ``positions[B]`` -> ``logits[B, V]`` (float64).
 
         Appends each active row's K, V at its position (``block_tables [B, max_blocks]``) before attending
-        over ``positions[b] + 1`` tokens. Inactive rows (``positions[b] < 0``) write no cache and attend to
-        nothing.
+        over ``positions[b] + 1`` tokens. Inactive rows (``positions[b] < 0``) write no cache, attend to
+        nothing and get zero logits (the projections skip them).
         """
         positions = np.asarray(positions, dtype=np.int64)  # [B]
         x = embedding(tokens, self.weights.embed)  # [B, D]
         for layer in range(self.cfg.n_layers):
             x = self._store(x + self.attention_part(layer, x, positions, block_tables))  # [B, D]
             x = self._store(x + self.mlp_part(layer, x))  # [B, D]
-        return self.head(x)
+        return self.head(x, positions)
 
     def attention_part(self, layer: int, x: np.ndarray, positions: np.ndarray, block_tables) -> np.ndarray:
         """What attention adds to the residual ``x [B, D]`` (float64, before the add): norm, QKV, RoPE, KV
@@ -225,8 +225,9 @@ class ReferenceModel:
         m = r(silu_mul(gu))  # [B, F]
         return linear(m, lw.w_down)  # [B, D]
 
-    def head(self, x: np.ndarray) -> np.ndarray:
-        """Final norm and LM head: logits ``[B, V]``."""
+    def head(self, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """Final norm and LM head: logits ``[B, V]``, zeros for inactive rows."""
         h = self._store(rmsnorm(x, self.weights.final_norm, self.cfg.rms_norm_eps))
         logits = linear(h, self.weights.lm_head)  # [B, V]
+        logits[positions < 0] = 0.0
         return logits.astype(np.float32).astype(np.float64) if self.bf16_activations else logits

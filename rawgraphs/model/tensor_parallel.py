@@ -89,7 +89,7 @@ class TensorParallelReference:
         for layer in range(self.cfg.n_layers):
             x = lead._store(x + sum(rk.attention_part(layer, x, positions, block_tables) for rk in self.ranks))
             x = lead._store(x + sum(rk.mlp_part(layer, x) for rk in self.ranks))
-        return lead.head(x)
+        return lead.head(x, positions)
 
 
 # ---- on the GPU ---------------------------------------------------------------------------------------------
