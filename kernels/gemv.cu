@@ -154,14 +154,14 @@ __device__ __forceinline__ void w_tile_load(uint4 v[4], const bf16* w, int row0,
     }
 }
 
-// The x tile (batch rows [row0, row0 + 64)), transformed by x_op (scale_s: rows_scale of the tile's rows).
+// The x tile (batch rows [row0, row0 + 64)), transformed by x_op. A thread loads the same 4 rows of every tile
+// (r = (threadIdx.x + 128 i) / 8); sc[i] is row r's rows_scale, held in a register.
 __device__ __forceinline__ void x_tile_load(uint4 v[4], const bf16* x, const bf16* norm, int x_op,
-                                            const float* scale_s, int row0, int K, int k, int k1) {
+                                            const float sc[4], int row0, int K, int k, int k1) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int c = threadIdx.x + i * 128, r = c / 8, col = k + (c % 8) * 8;
-        v[i] = scale_s[r] != 0.0f && col < k1 ? load_x8(x, norm, x_op, scale_s[r], row0 + r, K, col)
-                                              : make_uint4(0, 0, 0, 0);
+        v[i] = sc[i] != 0.0f && col < k1 ? load_x8(x, norm, x_op, sc[i], row0 + r, K, col) : make_uint4(0, 0, 0, 0);
     }
 }
 
@@ -203,6 +203,9 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
     rows_active(scale_s, positions, m0, min(TC_M, B - m0), TC_M);
     pdl_begin();
     rows_scale(scale_s, x, x_op, m0, TC_M, K, eps);
+    float sc[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sc[i] = scale_s[(threadIdx.x + i * 128) / 8];
 
     float acc[2][4][4];  // [m16 frag][n8 frag][4]
 #pragma unroll
@@ -213,7 +216,7 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
     uint4 xv[4], wv[4];
-    x_tile_load(xv, x, norm, x_op, scale_s, m0, K, k0, k1);
+    x_tile_load(xv, x, norm, x_op, sc, m0, K, k0, k1);
     w_tile_load(wv, w, n0, N, K, k0, k1);
     tile_store(xs, xv);
     tile_store(ws, wv);
@@ -223,7 +226,7 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
         const int buf = t & 1;
         const bool more = t + 1 < tiles;
         if (more) {
-            x_tile_load(xv, x, norm, x_op, scale_s, m0, K, k0 + (t + 1) * TC_K, k1);
+            x_tile_load(xv, x, norm, x_op, sc, m0, K, k0 + (t + 1) * TC_K, k1);
             w_tile_load(wv, w, n0, N, K, k0 + (t + 1) * TC_K, k1);
         }
         const bf16* xt = xs + buf * TILE;
@@ -293,6 +296,9 @@ __device__ __forceinline__ void gemv_mma_pass(void* y, const bf16* __restrict__ 
     rows_active(scale_s, positions, b0, nb, 8 * NT);
     if (b0 == 0) pdl_begin();  // the weights' L2 prefetch and the first pass's row flags precede the wait
     rows_scale(scale_s, x, x_op, b0, 8 * NT, K, eps);
+    float sc[NT];  // the scale of this lane's batch rows g + 8i, in registers for the stream loop
+#pragma unroll
+    for (int i = 0; i < NT; ++i) sc[i] = scale_s[g + 8 * i];
     const int n0 = blockIdx.x * 16;
     const bf16* wlo = w + (size_t)min(n0 + g, N - 1) * K;  // rows past N: loaded, never stored
     const bf16* whi = w + (size_t)min(n0 + g + 8, N - 1) * K;
@@ -317,8 +323,8 @@ __device__ __forceinline__ void gemv_mma_pass(void* y, const bf16* __restrict__ 
 #pragma unroll
             for (int i = 0; i < NT; ++i) {
                 const int b = g + 8 * i;
-                const uint4 xv = scale_s[b] != 0.0f && k < k1 ? load_x8(x, norm, x_op, scale_s[b], b0 + b, K, k)
-                                                               : make_uint4(0, 0, 0, 0);
+                const uint4 xv = sc[i] != 0.0f && k < k1 ? load_x8(x, norm, x_op, sc[i], b0 + b, K, k)
+                                                          : make_uint4(0, 0, 0, 0);
                 const unsigned a0[4] = {lo[u].x, hi[u].x, lo[u].y, hi[u].y}, b0f[2] = {xv.x, xv.y};
                 const unsigned a1[4] = {lo[u].z, hi[u].z, lo[u].w, hi[u].w}, b1f[2] = {xv.z, xv.w};
                 mma_bf16_16816(d[i], a0, b0f);
