@@ -12,7 +12,8 @@ size's memory is the intermediates its graph needs (our shared static buffers, w
 too) plus the driver's memory for its graph (the drop in free memory; cuMemGetInfo moves in 2 MiB pages).
 
 Run: ``python benchmarks/memory_cost.py [--out DIR] [--quick]``; prints a table, writes
-``DIR/memory_cost.json``.
+``DIR/memory_cost.json`` and ``DIR/memory_cost.png`` (memory held as the sizes are captured, against the largest
+alone and against one set of buffers per size).
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ import gc
 import sys
 import time
 
-from common import Checks, build_model, finish, no_gpu, parser, verdict, write_result
+from common import Checks, build_model, finish, no_gpu, parser, plot, verdict, write_result
 
-from rawgraphs.bench import format_table, make_row
+from rawgraphs.bench import format_table, make_row, plot_lines
 from rawgraphs.context import Stream, device
 from rawgraphs.model.decode import DecodeModel
 from rawgraphs.runner import DecodeRunner, graph_memory
@@ -47,9 +48,18 @@ def static_bytes(model: DecodeModel) -> int:
     return sum(getattr(model, name).nbytes for name in STATIC_BUFFERS)
 
 
-def per_graph_pool_bytes(cfg, sizes) -> int:
-    """Static buffers a design with its own buffers per captured size would hold: each sized for its batch."""
-    return sum(static_bytes(DecodeModel(cfg, None, max_batch=s, plan_only=True)) for s in sizes)
+def per_size_static_bytes(cfg, sizes) -> list[int]:
+    """Static buffers of each size sized for its own batch (what a design with buffers per graph would hold)."""
+    return [static_bytes(DecodeModel(cfg, None, max_batch=s, plan_only=True)) for s in sizes]
+
+
+def cumulative(values) -> list[float]:
+    """Running sums of ``values``."""
+    out, total = [], 0.0
+    for v in values:
+        total += v
+        out.append(total)
+    return out
 
 
 def capture(model: DecodeModel, sizes, stream: Stream) -> dict:
@@ -114,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
                        title=f"capturing {PRESET} decode graphs on {device().name} (device MiB: drop in free "
                              "memory; graph pool: reserved)"))
     shared = static_bytes(model)
-    per_graph = per_graph_pool_bytes(cfg, sizes)
+    per_size = per_size_static_bytes(cfg, sizes)
+    per_graph = sum(per_size)
     kv_token_bytes = cfg.kv_bytes_per_token()
     t_ci = every["capture_instantiate_s"]
     notes = [
@@ -143,6 +154,14 @@ def main(argv: list[str] | None = None) -> int:
     params = {"model": PRESET, "sizes": list(sizes), "max_batch": sizes[-1], "kv_tokens": KV_TOKENS,
               "quick": opts.quick, "memory": "drop in cuMemGetInfo free bytes across capture+instantiate+upload"}
     write_result("memory_cost", opts.out, params, rows, notes)
+    graphs_mib = cumulative(r["device MiB"] for r in table[:len(sizes)])
+    plot(lambda: plot_lines(opts.out / "memory_cost.png", list(sizes), {
+        "shared buffers + graphs captured so far": [shared / MIB + g for g in graphs_mib],
+        f"largest ({sizes[-1]}) alone": [(shared + alone["bytes"]) / MIB] * len(sizes),
+        "one set of buffers per size + graphs": [a + g for a, g in zip(cumulative(b / MIB for b in per_size),
+                                                                    graphs_mib)]},
+        title=f"{PRESET}: device memory while capturing sizes 1..{sizes[-1]} ({device().name})",
+        xlabel="last size captured", ylabel="MiB"))
     print(f"total {time.perf_counter() - t_start:.1f} s")
     return finish(checks)
 

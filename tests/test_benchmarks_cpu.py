@@ -98,8 +98,9 @@ def test_memory_cost_sizes_and_static_bytes():
     want = sum(getattr(plan, n).nbytes for n in memory_cost.STATIC_BUFFERS)
     assert memory_cost.static_bytes(plan) == want
     assert plan.logits.nbytes == 4 * cfg.vocab * 4  # fp32 [B, V] is among them
-    per_graph = memory_cost.per_graph_pool_bytes(cfg, (1, 2, 4))
-    assert want < per_graph < 3 * want  # smaller sizes hold smaller buffers
+    per_size = memory_cost.per_size_static_bytes(cfg, (1, 2, 4))
+    assert per_size[0] < per_size[1] < per_size[2] == want  # each sized for its own batch
+    assert memory_cost.cumulative(per_size) == [per_size[0], per_size[0] + per_size[1], sum(per_size)]
 
 
 def test_batch_sweep_trend_and_sweeps():
