@@ -30,18 +30,19 @@ def prompts_for(cfg, rng, B):
     return [list(rng.integers(1, cfg.vocab, size=int(rng.integers(2, 8)))) for _ in range(B)]
 
 
-def test_tiny_model_matches_float64_reference_for_64_steps(stream, rng):
+@pytest.mark.parametrize("B", [1, 3])  # B = 1: the gemv kernel for every projection
+def test_tiny_model_matches_float64_reference_for_64_steps(stream, rng, B):
     cfg = ModelConfig.preset("tiny")
     w = Weights.random(cfg, seed=11)
-    model = DecodeModel(cfg, w, max_batch=3)
-    prompts, starts = prompts_for(cfg, rng, 3), [0, 2, 5]
+    model = DecodeModel(cfg, w, max_batch=B)
+    prompts, starts = prompts_for(cfg, rng, B), [0, 2, 5][:B]
     gpu = generate(model, prompts, 64, stream, starts=starts, keep_logits=True, seed=3)
     ref = ReferenceStepper(cfg, w, model.num_blocks, model.max_blocks)
     want = generate(ref, prompts, 64, starts=starts, keep_logits=True, seed=3, step=ref.step)
     assert gpu.tokens == want.tokens
     worst = 0.0
     for step, (g, r) in enumerate(zip(gpu.logits, want.logits)):
-        active = [b for b in range(3) if step >= starts[b]]
+        active = [b for b in range(B) if step >= starts[b]]
         err = np.abs(g[active] - r[active]).max() / np.abs(r[active]).max()
         worst = max(worst, err)
     assert worst < LOGIT_TOL, f"worst relative logit error {worst:.3g}"
