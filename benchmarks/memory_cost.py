@@ -21,6 +21,7 @@ from __future__ import annotations
 import gc
 import sys
 import time
+from itertools import accumulate
 
 from common import Checks, build_model, finish, no_gpu, parser, plot, verdict, write_result
 
@@ -51,15 +52,6 @@ def static_bytes(model: DecodeModel) -> int:
 def per_size_static_bytes(cfg, sizes) -> list[int]:
     """Static buffers of each size sized for its own batch (what a design with buffers per graph would hold)."""
     return [static_bytes(DecodeModel(cfg, None, max_batch=s, plan_only=True)) for s in sizes]
-
-
-def cumulative(values) -> list[float]:
-    """Running sums of ``values``."""
-    out, total = [], 0.0
-    for v in values:
-        total += v
-        out.append(total)
-    return out
 
 
 def capture(model: DecodeModel, sizes, stream: Stream) -> dict:
@@ -154,11 +146,11 @@ def main(argv: list[str] | None = None) -> int:
     params = {"model": PRESET, "sizes": list(sizes), "max_batch": sizes[-1], "kv_tokens": KV_TOKENS,
               "quick": opts.quick, "memory": "drop in cuMemGetInfo free bytes across capture+instantiate+upload"}
     write_result("memory_cost", opts.out, params, rows, notes)
-    graphs_mib = cumulative(r["device MiB"] for r in table[:len(sizes)])
+    graphs_mib = list(accumulate(r["device MiB"] for r in table[:len(sizes)]))
     plot(lambda: plot_lines(opts.out / "memory_cost.png", list(sizes), {
         "shared buffers + graphs captured so far": [shared / MIB + g for g in graphs_mib],
         f"largest ({sizes[-1]}) alone": [(shared + alone["bytes"]) / MIB] * len(sizes),
-        "one set of buffers per size + graphs": [a + g for a, g in zip(cumulative(b / MIB for b in per_size),
+        "one set of buffers per size + graphs": [a + g for a, g in zip(accumulate(b / MIB for b in per_size),
                                                                     graphs_mib)]},
         title=f"{PRESET}: device memory while capturing sizes 1..{sizes[-1]} ({device().name})",
         xlabel="last size captured", ylabel="MiB"))

@@ -49,8 +49,7 @@ def main(preset: str = "1b", B: int = 1) -> None:
     launches = model.step_launches(B)
     whole = replay_us(launches, stream)
     print(f"{preset} B={B}, context {CONTEXT}: {len(launches)} launches, step {whole:.1f} us")
-    kinds = sorted({kind(ln.name) for ln in launches}, key=[kind(ln.name) for ln in launches].index)
-    for k in kinds:
+    for k in dict.fromkeys(kind(ln.name) for ln in launches):  # in step order
         rest = [ln for ln in launches if kind(ln.name) != k]
         n = len(launches) - len(rest)
         without = replay_us(rest, stream)
