@@ -121,20 +121,20 @@ def compare_batch(rg: DecodeModel, tm: TorchDecoder, w: Weights, B: int, stream:
                 sdpa = F.scaled_dot_product_attention(q_tw.unsqueeze(2), T(keys), T(vals),
                                                       attn_mask=mask.to(torch.bfloat16))  # [B, H, 1, hd]
                 tally.add("rope + attention, SDPA bf16 (old)", out, N(sdpa.reshape(B, -1)), ref)
-            elif op in ("o_proj", "down"):
-                gate, up = T(gu_in).chunk(2, -1)  # [B, F] each
-                a = T(attn_in) if op == "o_proj" else (F.silu(gate.float()) * up.float()).to(torch.bfloat16)
+            elif op in ("o_proj", "down"):  # gu holds silu(gate) * up (gate_up's epilogue)
+                a_in = attn_in if op == "o_proj" else gu_in
                 wt = T(lw.w_o if op == "o_proj" else lw.w_down)
-                a_ref = attn_in if op == "o_proj" else R.to_bf16(R.silu_mul(gu_in))
-                ref = x_in.astype(np.float64) + R.linear(a_ref, lw.w_o if op == "o_proj" else lw.w_down)
+                ref = x_in.astype(np.float64) + R.linear(a_in, lw.w_o if op == "o_proj" else lw.w_down)
+                a = T(a_in)
                 out = rg.x.to_numpy()[:B]
-                label = "o_proj + residual" if op == "o_proj" else "silu*up + down + residual"
+                label = "o_proj + residual" if op == "o_proj" else "down + residual"
                 tally.add(f"{label} (twin)", out, N(tm._residual(T(x_in), a, wt)), ref)
                 tally.add(f"{label}, addmm bf16 (old)", out, N(torch.addmm(T(x_in), a, wt.t())), ref)
-            elif op == "gate_up":
-                tw = N(F.linear(_rmsnorm(T(x_in), T(lw.mlp_norm), c.rms_norm_eps), T(lw.w_gate_up)))
-                ref = R.linear(R.to_bf16(R.rmsnorm(x_in, lw.mlp_norm, c.rms_norm_eps)), lw.w_gate_up)
-                tally.add("rmsnorm + gate_up", rg.gu.to_numpy()[:B], tw, ref)
+            elif op == "gate_up":  # its epilogue applies silu(gate) * up
+                gate, up = F.linear(_rmsnorm(T(x_in), T(lw.mlp_norm), c.rms_norm_eps), T(lw.w_gate_up)).chunk(2, -1)
+                tw = N((F.silu(gate.float()) * up.float()).to(torch.bfloat16))
+                gu = R.to_bf16(R.linear(R.to_bf16(R.rmsnorm(x_in, lw.mlp_norm, c.rms_norm_eps)), lw.w_gate_up))
+                tally.add("rmsnorm + gate_up + silu*up", rg.gu.to_numpy()[:B], tw, R.silu_mul(gu))
             elif op == "lm_head":
                 h = _rmsnorm(T(x_in), T(w.final_norm), c.rms_norm_eps)
                 ref = R.linear(R.to_bf16(R.rmsnorm(x_in, w.final_norm, c.rms_norm_eps)), w.lm_head)

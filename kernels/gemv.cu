@@ -6,7 +6,12 @@
 //   1 OUT_RESIDUAL  y bf16 [B, N] in place   y = y + x @ W^T   (residual add fused: o_proj, down_proj)
 //   2 OUT_F32       y fp32 [B, N]            y = x @ W^T       (LM head logits)
 //   3 OUT_PARTIAL   y fp32 [splits, B, N]    y[s] = partial sum over split s's K range (split-K;
-//                                            splitk_reduce then sums the splits in order and applies 0/1/2)
+//                                            splitk_reduce then sums the splits in order and applies 0/1/2/4)
+//   4 OUT_SILU      y bf16 [B, N / 2]        the SwiGLU of a fused gate/up projection: weight rows n (gate) and
+//                                            n + N/2 (up) are computed together and y[b, n] = bf16(silu(g) * u)
+//                                            with g, u rounded to bf16 first (what OUT_BF16 would store, then
+//                                            silu_mul.cu's math), so silu runs once per element, not once per
+//                                            block of the down projection that reads it. N even.
 //
 // Kernels (gemv_plan picks one by B; each is correct for every B, and tests check each at every B):
 // gemv (B = 1): one-wave weight-streaming GEMV on CUDA cores (see "gemv:" below). Groups of `parts` warps own
@@ -14,32 +19,33 @@
 //   worth issued before the PDL wait; x (after x_op) is staged once per block. A larger B runs one pass per
 //   batch row.
 //   grid = (blocks, splits) (any count: warp groups stride over the rows), block = (32 * warps,) (warps <= 8,
-//   a multiple of parts), dynamic shared = warps * (PIPE_STAGES * 512 + 8) + 2 * k_chunk bytes;
-//   extra argument parts int32 (1, 2, 4, 8): warps per row.
+//   a multiple of parts), dynamic shared = warps * (PIPE_STAGES * 512 + 16) + 2 * k_chunk bytes;
+//   extra argument parts int32 (1, 2, 4, 8): warps per row (OUT_SILU: per gate/up row pair).
 // gemv_mma (2 <= B <= 16; passes of 8 / 16 / 32 batch rows): GEMV on tensor cores, W streamed from global
 //   memory straight into mma.sync A fragments (16 x 16-byte loads in flight per lane), x^T as the B operand.
-//   grid = (ceil(N / 16), splits), block = (256,) (exactly), shared = 0 (static)
+//   grid = (ceil(N / 16), splits), block = (256,) (exactly), shared = 0 (static); OUT_SILU: a block owns
+//   8 gate rows and their 8 up rows (same grid)
 // gemm_tc (B > 16): tiled skinny GEMM on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate). A block owns
 //   a 64 (batch) x 64 (weight rows) tile and one K range; 64-wide K tiles, double-buffered in shared memory
 //   with the next tile prefetched into registers.
-//   grid = (ceil(B / 64), ceil(N / 64), splits), block = (128,) (exactly), shared = 0 (36 KiB static)
+//   grid = (ceil(B / 64), ceil(N / 64), splits), block = (128,) (exactly), shared = 0 (36 KiB static);
+//   OUT_SILU: a tile holds 32 gate rows and their 32 up rows (same grid)
 // splitk_reduce: y = epilogue(sum_{s < splits} partial[s]) in fixed order (bit-identical run to run).
-//   grid = (ceil(B * N / 256),), block = (256,), shared = 0
+//   grid = (ceil(B * N / 256),) (OUT_SILU: ceil(B * N / 2 / 256)), block = (256,), shared = 0
 //
 // x_op selects the input the projection multiplies (gemv, gemv_mma, gemm_tc; fuses the kernel before it):
 //   0 X_PLAIN    x [B, K] bf16 as stored
 //   1 X_RMSNORM  x [B, K] bf16, input = bf16(x * inv_rms(x[b]) * norm)  (rmsnorm.cu's math and rounding;
 //                                                   every block computes its batch rows' inv_rms over all of K)
-//   2 X_SILU     x [B, 2K] bf16 (gate | up), input = bf16(silu(x[b, k]) * x[b, K + k])  (silu_mul.cu's)
 //
 // Inactive rows: positions int32 [B] (may be null: every row active); a row with positions[b] < 0 reads no
-//   input: OUT_BF16 / OUT_F32 store zeros for it, OUT_RESIDUAL leaves y as it is, OUT_PARTIAL writes nothing
+//   input: OUT_BF16 / OUT_F32 / OUT_SILU store zeros for it, OUT_RESIDUAL leaves y as it is, OUT_PARTIAL writes nothing
 //   (splitk_reduce, given the same positions, skips the row too). Padding rows of a captured batch cost no reads.
 //
 // Arguments: y (see mode), x (see x_op) bf16, w [N, K] bf16, norm [K] bf16 (X_RMSNORM; else may be null),
 //   positions int32 [B] (may be null), B, N, K int32 (K % 8 == 0, pointers 16-byte aligned), k_chunk int32: K elements per split (a multiple of
 //   8; split s covers [s * k_chunk, min(K, (s + 1) * k_chunk))), mode int32, eps float (X_RMSNORM), x_op int32.
-//   splitk_reduce: partial [splits, B, N] fp32, positions, B, N, splits int32, mode 0/1/2.
+//   splitk_reduce: partial [splits, B, N] fp32, positions, B, N, splits int32, mode 0/1/2/4.
 #include "common.cuh"
 #include "pdl.cuh"
 
@@ -47,10 +53,10 @@
 #define OUT_RESIDUAL 1
 #define OUT_F32 2
 #define OUT_PARTIAL 3
+#define OUT_SILU 4
 
 #define X_PLAIN 0
 #define X_RMSNORM 1
-#define X_SILU 2
 
 #define GEMV_MMA_UNROLL 8
 
@@ -80,18 +86,27 @@ __device__ __forceinline__ void store_row(void* y, int mode, int split, int B, i
     else if (mode == OUT_BF16 || mode == OUT_F32) store_out(y, mode, split, B, N, b, n, 0.0f);
 }
 
+// OUT_SILU's store: y[b, n] of bf16 [B, P] from the sums g (weight row n) and u (row n + P).
+__device__ __forceinline__ void store_silu(void* y, int P, int b, int n, float g, float u, bool active) {
+    float v = 0.0f;
+    if (active) {
+        g = __bfloat162float(__float2bfloat16(g));
+        u = __bfloat162float(__float2bfloat16(u));
+        v = g / (1.0f + expf(-g)) * u;
+    }
+    static_cast<bf16*>(y)[(size_t)b * P + n] = __float2bfloat16(v);
+}
+
+// Output n of batch row b: store_row, or for OUT_SILU the pair (g, u) of weight rows n and n + N/2.
+__device__ __forceinline__ void store_unit(void* y, int mode, int split, int B, int N, int b, int n, float g,
+                                           float u, bool active) {
+    if (mode == OUT_SILU) store_silu(y, N / 2, b, n, g, u, active);
+    else store_row(y, mode, split, B, N, b, n, g, active);
+}
+
 // Eight input elements [k, k + 8) of batch row b, transformed by x_op (inv: the row's inverse RMS, X_RMSNORM).
 __device__ __forceinline__ uint4 load_x8(const bf16* __restrict__ x, const bf16* __restrict__ norm, int x_op,
                                          float inv, int b, int K, int k) {
-    if (x_op == X_SILU) {
-        const bf16* r = x + (size_t)b * 2 * K + k;
-        float g[8], u[8];
-        bf16x8_to_float(__ldg(reinterpret_cast<const uint4*>(r)), g);
-        bf16x8_to_float(__ldg(reinterpret_cast<const uint4*>(r + K)), u);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
-        return float_to_bf16x8(g);
-    }
     const uint4 v = __ldg(reinterpret_cast<const uint4*>(x + (size_t)b * K + k));
     if (x_op == X_PLAIN) return v;
     float f[8], g[8];
@@ -145,12 +160,15 @@ __device__ __forceinline__ void rows_scale(float* scale_s, const bf16* __restric
 #define TC_LDC (TC_N + 4)
 
 // Load one 64 x 64 bf16 tile (rows [row0, row0 + 64) of src[rows, K], columns [k, k + 64) clipped to k1) into
-// 4 uint4 registers per thread; rows past `rows` and columns past k1 read as zero.
-__device__ __forceinline__ void w_tile_load(uint4 v[4], const bf16* w, int row0, int rows, int K, int k, int k1) {
+// 4 uint4 registers per thread; rows past `rows` and columns past k1 read as zero. half > 0 (OUT_SILU): tile
+// rows r < 32 are gate rows row0 + r and rows r >= 32 the matching up rows half + row0 + r - 32 (rows = half).
+__device__ __forceinline__ void w_tile_load(uint4 v[4], const bf16* w, int row0, int rows, int half, int K, int k,
+                                            int k1) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        const int c = threadIdx.x + i * 128, row = row0 + c / 8, col = k + (c % 8) * 8;
-        v[i] = row < rows && col < k1 ? ldg_stream(w + (size_t)row * K + col) : make_uint4(0, 0, 0, 0);
+        const int c = threadIdx.x + i * 128, r = c / 8, col = k + (c % 8) * 8;
+        const int n = row0 + (half ? r % 32 : r), row = n + (half && r >= 32 ? half : 0);
+        v[i] = n < rows && col < k1 ? ldg_stream(w + (size_t)row * K + col) : make_uint4(0, 0, 0, 0);
     }
 }
 
@@ -195,7 +213,8 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
     bf16* ws = smem + 2 * TILE;                  // [2][64][TC_LD]: W tile, weight rows x k
     float* cs = reinterpret_cast<float*>(smem);  // [64][TC_LDC], after the main loop
 
-    const int m0 = blockIdx.x * TC_M, n0 = blockIdx.y * TC_N;
+    const int half = mode == OUT_SILU ? N / 2 : 0, rows = half ? half : N;  // OUT_SILU: 32 gate/up row pairs
+    const int m0 = blockIdx.x * TC_M, n0 = blockIdx.y * (half ? TC_N / 2 : TC_N);
     const int k0 = blockIdx.z * k_chunk, k1 = min(K, k0 + k_chunk);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;  // this warp's 32 x 32 output tile
@@ -217,7 +236,7 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
 
     uint4 xv[4], wv[4];
     x_tile_load(xv, x, norm, x_op, sc, m0, K, k0, k1);
-    w_tile_load(wv, w, n0, N, K, k0, k1);
+    w_tile_load(wv, w, n0, rows, half, K, k0, k1);
     tile_store(xs, xv);
     tile_store(ws, wv);
     __syncthreads();
@@ -227,7 +246,7 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
         const bool more = t + 1 < tiles;
         if (more) {
             x_tile_load(xv, x, norm, x_op, sc, m0, K, k0 + (t + 1) * TC_K, k1);
-            w_tile_load(wv, w, n0, N, K, k0 + (t + 1) * TC_K, k1);
+            w_tile_load(wv, w, n0, rows, half, K, k0 + (t + 1) * TC_K, k1);
         }
         const bf16* xt = xs + buf * TILE;
         const bf16* wt = ws + buf * TILE;
@@ -271,10 +290,12 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
             c[8 * TC_LDC + 1] = acc[i][j][3];
         }
     __syncthreads();
-    for (int e = threadIdx.x; e < TC_M * TC_N; e += blockDim.x) {
-        const int m = e / TC_N, n = e % TC_N;
-        if (m0 + m < B && n0 + n < N)
-            store_row(y, mode, blockIdx.z, B, N, m0 + m, n0 + n, cs[m * TC_LDC + n], scale_s[m] != 0.0f);
+    const int outs = half ? TC_N / 2 : TC_N;  // outputs per tile row; OUT_SILU: g in column n, u in n + 32
+    for (int e = threadIdx.x; e < TC_M * outs; e += blockDim.x) {
+        const int m = e / outs, n = e % outs;
+        if (m0 + m < B && n0 + n < rows)
+            store_unit(y, mode, blockIdx.z, B, N, m0 + m, n0 + n, cs[m * TC_LDC + n],
+                       half ? cs[m * TC_LDC + n + outs] : 0.0f, scale_s[m] != 0.0f);
     }
 }
 
@@ -284,7 +305,7 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
 // which physical k each fragment slot holds as long as A and B use the same map (slots k = 2t, 2t+1 and
 // 2t+8, 2t+9 of MMA j <- base + 8t + 4j + {0, 1} and {2, 3}). A block = 8 warps owns 16 weight rows; the warps
 // interleave over 32-wide K slabs, GEMV_MMA_UNROLL slabs (2 x 16 bytes each) in flight per lane, then the
-// block reduces in fixed order.
+// block reduces in fixed order. OUT_SILU: rows g and g + 8 are gate row n0 + g and its up row n0 + g + N/2.
 template <int NT>  // n8 batch tiles per pass: batch rows per pass = 8 * NT
 __device__ __forceinline__ void gemv_mma_pass(void* y, const bf16* __restrict__ x, const bf16* __restrict__ w,
                                               const bf16* __restrict__ norm, const int* __restrict__ positions,
@@ -299,9 +320,11 @@ __device__ __forceinline__ void gemv_mma_pass(void* y, const bf16* __restrict__ 
     float sc[NT];  // the scale of this lane's batch rows g + 8i, in registers for the stream loop
 #pragma unroll
     for (int i = 0; i < NT; ++i) sc[i] = scale_s[g + 8 * i];
-    const int n0 = blockIdx.x * 16;
-    const bf16* wlo = w + (size_t)min(n0 + g, N - 1) * K;  // rows past N: loaded, never stored
-    const bf16* whi = w + (size_t)min(n0 + g + 8, N - 1) * K;
+    const int half = mode == OUT_SILU ? N / 2 : 0, rows = half ? half : N;
+    const int n0 = blockIdx.x * (half ? 8 : 16);
+    const int nlo = min(n0 + g, rows - 1);  // rows past the end: loaded, never stored
+    const bf16* wlo = w + (size_t)nlo * K;
+    const bf16* whi = w + (size_t)(half ? nlo + half : min(n0 + g + 8, N - 1)) * K;
     float d[NT][4];
 #pragma unroll
     for (int i = 0; i < NT; ++i) d[i][0] = d[i][1] = d[i][2] = d[i][3] = 0.0f;
@@ -342,12 +365,18 @@ __device__ __forceinline__ void gemv_mma_pass(void* y, const bf16* __restrict__ 
         red[warp][g + 8][8 * i + t2 + 1] = d[i][3];
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < 16 * 8 * NT; e += blockDim.x) {
+    const int outs = half ? 8 : 16;  // outputs per block; OUT_SILU: g in red row r, u in r + 8
+    for (int e = threadIdx.x; e < outs * 8 * NT; e += blockDim.x) {
         const int r = e / (8 * NT), c = e % (8 * NT);
-        float s = 0.0f;
+        float s = 0.0f, u = 0.0f;
 #pragma unroll
         for (int i = 0; i < 8; ++i) s += red[i][r][c];
-        if (c < nb && n0 + r < N) store_row(y, mode, blockIdx.y, B, N, b0 + c, n0 + r, s, scale_s[c] != 0.0f);
+        if (half) {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) u += red[i][r + 8][c];
+        }
+        if (c < nb && n0 + r < rows)
+            store_unit(y, mode, blockIdx.y, B, N, b0 + c, n0 + r, s, u, scale_s[c] != 0.0f);
     }
     __syncthreads();  // red is reused by the next pass
 }
@@ -365,9 +394,13 @@ extern "C" __global__ void __launch_bounds__(256) gemv_mma(void* y, const bf16* 
                                                            const bf16* __restrict__ norm,
                                                            const int* __restrict__ positions, int B, int N, int K,
                                                            int k_chunk, int mode, float eps, int x_op) {
-    const int pk0 = blockIdx.y * k_chunk;
-    prefetch_rows_l2(w, blockIdx.x * 16, 16, N, K, pk0, min(K, pk0 + k_chunk));  // weights: pre-wait
     const int k0 = blockIdx.y * k_chunk, k1 = min(K, k0 + k_chunk);
+    if (mode == OUT_SILU) {  // weights: pre-wait (OUT_SILU: the block's 8 gate rows and their up rows)
+        prefetch_rows_l2(w, blockIdx.x * 8, 8, N / 2, K, k0, k1);
+        prefetch_rows_l2(w + (size_t)(N / 2) * K, blockIdx.x * 8, 8, N / 2, K, k0, k1);
+    } else {
+        prefetch_rows_l2(w, blockIdx.x * 16, 16, N, K, k0, k1);
+    }
     if (B <= 8) gemv_mma_all<1>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, x_op);
     else if (B <= 16) gemv_mma_all<2>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, x_op);
     else gemv_mma_all<4>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, x_op);
@@ -382,6 +415,8 @@ extern "C" __global__ void __launch_bounds__(256) gemv_mma(void* y, const bf16* 
 // Warps run independently (no block barrier inside the stream); each row ends in a fixed-order warp reduction
 // and, with parts > 1, a fixed-order sum of the group's partials behind the group's named barrier
 // (deterministic, and independent of the grid: a row is summed the same way whichever group owns it).
+// OUT_SILU: a group owns units of two rows, gate row n and up row n + N/2, streamed as one sequence of
+// 2 x chunks chunks (the warps of the group share them as they share a row's) into two accumulators.
 #define PIPE_STAGES 8
 #define PIPE_CHUNK 256
 
@@ -405,16 +440,24 @@ __device__ __forceinline__ void named_barrier(int id, int threads) {
 // the end, so the wait count stays fixed).
 struct RowStream {
     bf16* ring;  // [PIPE_STAGES][PIPE_CHUNK] this warp's slots
-    int K, k0, k1, stride, part, parts, mine;  // mine: chunks of a row this warp streams
-    int left, j, slot;  // chunks still to issue, the next one's index among this warp's chunks of its row, slot
-    const bf16* row;    // the next chunk's weight row
+    int K, k0, k1, stride, part, parts, mine;  // mine: chunks of a unit (row or row pair) this warp streams
+    int chunks;   // chunks of one row
+    size_t half;  // elements from a unit's first row to its second (OUT_SILU), 0: units are single rows
+    int left, j, slot;  // chunks still to issue, the next one's index among this warp's chunks of its unit, slot
+    const bf16* row;    // the next chunk's unit (its first row)
 
     __device__ __forceinline__ void issue() {
         if (left > 0) {
-            const int k = k0 + (part + j * parts) * PIPE_CHUNK + (threadIdx.x & 31) * 8;
-            if (k < k1) cp_async16(ring + slot * PIPE_CHUNK + (threadIdx.x & 31) * 8, row + k);
+            int c = part + j * parts;
+            const bf16* r = row;
+            if (c >= chunks) {  // the unit's second row
+                c -= chunks;
+                r += half;
+            }
+            const int k = k0 + c * PIPE_CHUNK + (threadIdx.x & 31) * 8;
+            if (k < k1) cp_async16(ring + slot * PIPE_CHUNK + (threadIdx.x & 31) * 8, r + k);
             --left;
-            if (++j == mine) {  // row done: this warp's next row
+            if (++j == mine) {  // unit done: this warp's next unit
                 j = 0;
                 row += (size_t)stride * K;
             }
@@ -444,12 +487,15 @@ __device__ __forceinline__ void gemv_body(void* y, const bf16* __restrict__ x, c
     const int part = warp % parts, per_block = nwarps / parts;
     const int group = blockIdx.x * per_block + warp / parts, groups = gridDim.x * per_block;
     const int kc = k1 - k0, chunks = (kc + PIPE_CHUNK - 1) / PIPE_CHUNK;
-    const int mine = part < chunks ? (chunks - part + parts - 1) / parts : 0;
-    const int rows = group < N ? (N - 1 - group) / groups + 1 : 0;
+    const bool pairs = mode == OUT_SILU;
+    const int units = pairs ? N / 2 : N, unit_chunks = pairs ? 2 * chunks : chunks;
+    const int mine = part < unit_chunks ? (unit_chunks - part + parts - 1) / parts : 0;
+    const int rows = group < units ? (units - 1 - group) / groups + 1 : 0;  // this group's units
     bf16* rings = reinterpret_cast<bf16*>(pipe_raw);      // [nwarps][PIPE_STAGES][PIPE_CHUNK]
     bf16* xs = rings + nwarps * PIPE_STAGES * PIPE_CHUNK;  // [kc] the pass's input row
-    float* red = reinterpret_cast<float*>(xs + kc);        // [2][nwarps] partials (parts > 1)
-    RowStream st{rings + warp * PIPE_STAGES * PIPE_CHUNK, K, k0, k1, groups, part, parts, mine, 0, 0, 0, nullptr};
+    float* red = reinterpret_cast<float*>(xs + kc);        // [2][2][nwarps] partials g, u (parts > 1)
+    RowStream st{rings + warp * PIPE_STAGES * PIPE_CHUNK, K, k0, k1, groups, part, parts, mine, chunks,
+                 pairs ? (size_t)units * K : 0, 0, 0, 0, nullptr};
     for (int b = 0; b < B; ++b) {
         st.left = rows * mine;
         st.j = st.slot = 0;
@@ -460,8 +506,8 @@ __device__ __forceinline__ void gemv_body(void* y, const bf16* __restrict__ x, c
         if (b == 0) pdl_begin();  // the first ring is in flight before the wait; x is read after it
         if (!on) {  // block-uniform: no input read, zeros stored (store_row)
             cp_async_wait<0>();
-            for (int n = group; n < N && part == 0 && lane == 0; n += groups)
-                store_row(y, mode, blockIdx.y, B, N, b, n, 0.0f, false);
+            for (int n = group; n < units && part == 0 && lane == 0; n += groups)
+                store_unit(y, mode, blockIdx.y, B, N, b, n, 0.0f, 0.0f, false);
             continue;
         }
         __syncthreads();          // xs is free (every warp finished the previous pass)
@@ -469,33 +515,45 @@ __device__ __forceinline__ void gemv_body(void* y, const bf16* __restrict__ x, c
         __syncthreads();
         int slot = 0;
         for (int r = 0, n = group; r < rows; ++r, n += groups) {
-            float acc = 0.0f;
+            float acc = 0.0f, acc_u = 0.0f;  // the unit's first row; its second (OUT_SILU)
             for (int j = 0; j < mine; ++j) {
                 cp_async_wait<PIPE_STAGES - 2>();  // this chunk has landed (this lane's 16 bytes)
                 st.issue();                        // refills the slot the previous chunk used
-                const int kk = (part + j * parts) * PIPE_CHUNK + lane * 8;
+                int c = part + j * parts;
+                const bool second = c >= chunks;
+                if (second) c -= chunks;
+                const int kk = c * PIPE_CHUNK + lane * 8;
                 if (k0 + kk < k1) {
-                    float wf[8], xf[8];
+                    float wf[8], xf[8], a = second ? acc_u : acc;
                     bf16x8_to_float(*reinterpret_cast<const uint4*>(st.ring + slot * PIPE_CHUNK + lane * 8), wf);
                     bf16x8_to_float(*reinterpret_cast<const uint4*>(xs + kk), xf);
 #pragma unroll
-                    for (int e = 0; e < 8; ++e) acc = fmaf(wf[e], xf[e], acc);
+                    for (int e = 0; e < 8; ++e) a = fmaf(wf[e], xf[e], a);
+                    if (second) acc_u = a;
+                    else acc = a;
                 }
                 slot = (slot + 1) % PIPE_STAGES;
             }
             acc = warp_sum(acc);
+            if (pairs) acc_u = warp_sum(acc_u);
             if (parts == 1) {
-                if (lane == 0) store_out(y, mode, blockIdx.y, B, N, b, n, acc);
+                if (lane == 0) store_unit(y, mode, blockIdx.y, B, N, b, n, acc, acc_u, true);
                 continue;
             }
-            // Double-buffered by row parity: a warp is at most one row ahead of its group's first warp.
-            float* rb = red + (r & 1) * nwarps;
-            if (lane == 0) rb[warp] = acc;
+            // Double-buffered by unit parity: a warp is at most one unit ahead of its group's first warp.
+            float* rb = red + (r & 1) * 2 * nwarps;
+            if (lane == 0) {
+                rb[warp] = acc;
+                rb[nwarps + warp] = acc_u;
+            }
             named_barrier(1 + warp / parts, 32 * parts);
             if (part == 0 && lane == 0) {
-                float v = 0.0f;
-                for (int p = 0; p < parts; ++p) v += rb[warp + p];
-                store_out(y, mode, blockIdx.y, B, N, b, n, v);
+                float v = 0.0f, u = 0.0f;
+                for (int p = 0; p < parts; ++p) {
+                    v += rb[warp + p];
+                    u += rb[nwarps + warp + p];
+                }
+                store_unit(y, mode, blockIdx.y, B, N, b, n, v, u, true);
             }
         }
         cp_async_wait<0>();  // only empty groups remain; the next pass starts from a quiet ring
@@ -509,18 +567,20 @@ extern "C" __global__ void __launch_bounds__(256, 4) gemv(void* y, const bf16* _
                                                           int k_chunk, int mode, float eps, int x_op, int parts) {
     const int k0 = blockIdx.y * k_chunk, k1 = min(K, k0 + k_chunk);
     if (x_op == X_RMSNORM) gemv_body<X_RMSNORM>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, parts);
-    else if (x_op == X_SILU) gemv_body<X_SILU>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, parts);
     else gemv_body<X_PLAIN>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, parts);
 }
 
 extern "C" __global__ void splitk_reduce(void* y, const float* __restrict__ partial,
                                          const int* __restrict__ positions, int B, int N, int splits, int mode) {
+    const int outs = mode == OUT_SILU ? N / 2 : N;  // outputs per batch row (OUT_SILU: g in n, u in n + N/2)
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, total = (size_t)B * N;
-    const int b = (int)(i / N);
-    const bool active = i < total && row_active(positions, b);  // before the wait (pdl.cuh)
+    const int b = (int)(i / outs), n = (int)(i % outs);
+    const bool active = i < (size_t)B * outs && row_active(positions, b);  // before the wait (pdl.cuh)
     pdl_begin();
-    if (i >= total) return;
-    float s = 0.0f;
-    for (int k = 0; active && k < splits; ++k) s += partial[k * total + i];
-    store_row(y, mode, 0, B, N, b, (int)(i % N), s, active);
+    if (i >= (size_t)B * outs) return;
+    const float* p = partial + (size_t)b * N + n;
+    float s = 0.0f, u = 0.0f;
+    for (int k = 0; active && k < splits; ++k) s += p[k * total];
+    for (int k = 0; active && mode == OUT_SILU && k < splits; ++k) u += p[k * total + outs];
+    store_unit(y, mode, 0, B, N, b, n, s, u, active);
 }

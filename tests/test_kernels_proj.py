@@ -77,7 +77,7 @@ def test_gemv_plan(B, N, K):
         groups = plan.grid[0] * 8 // plan.parts
         assert plan.block == (256, 1, 1) and plan.parts in (1, 2, 4, 8) and groups * plan.parts <= SMS * 32
         assert math.ceil(N / groups) == math.ceil(N * plan.parts / (SMS * 32)) and plan.parts <= math.ceil(K / 256)
-        assert plan.splits == 1 and plan.shared == 8 * (8 * 512 + 8) + 2 * plan.k_chunk <= 47 * 1024
+        assert plan.splits == 1 and plan.shared == 8 * (8 * 512 + 16) + 2 * plan.k_chunk <= 47 * 1024
         assert plan.launches("y", "x", "w", None, B, N, K)[0].args["parts"] == plan.parts
     else:
         rows_per_block = 16 if B <= 16 else 64
@@ -109,12 +109,36 @@ def test_gemm_tc_splits_until_three_blocks_per_sm_for_one_row_tile():
     assert qkv.kernel == "gemm_tc" and qkv.grid == (1, 96, 5) and qkv.splits == 5
     assert gemv_plan(128, 6144, 2048).grid == (2, 96, 2)  # two row tiles: 2 x 132
 
-@pytest.mark.parametrize("x_op", ["rmsnorm", "silu_mul"])
-def test_gemv_plan_x_op(x_op):
-    plan = gemv_plan(1, 768, 2048, "residual", splits=2, x_op=x_op)
+def test_gemv_plan_x_op():
+    plan = gemv_plan(1, 768, 2048, "residual", splits=2, x_op="rmsnorm")
     main, red = plan.launches("y", "x", "w", "ws", 1, 768, 2048, norm="g", eps=1e-5)
-    assert plan.x_op == X_OPS[x_op] and main.args["x_op"] == X_OPS[x_op] and main.args["eps"] == 1e-5
+    assert plan.x_op == X_OPS["rmsnorm"] and main.args["x_op"] == X_OPS["rmsnorm"] and main.args["eps"] == 1e-5
     assert main.args["norm"] == "g" and main.args["x"] == "x" and "x_op" not in red.args
+
+
+@pytest.mark.parametrize("B", BATCHES)
+@pytest.mark.parametrize("N,K", [(11264, 2048), (4096, 768), (384, 64), (198, 40), (128, 9000)])
+def test_gemv_plan_silu(B, N, K):
+    """out="silu" (gate/up pairs): the same grid and split-K as the bf16 plan; gemv gives a pair twice the warps
+    a row gets (so each warp streams the bytes it streams for rows); the reduce covers the B x N/2 outputs."""
+    row, plan = gemv_plan(B, N, K, "bf16"), gemv_plan(B, N, K, "silu")
+    assert (plan.kernel, plan.splits, plan.k_chunk, plan.workspace_bytes) == (row.kernel, row.splits, row.k_chunk,
+                                                                               row.workspace_bytes)
+    assert plan.out_mode == OUT_MODES["silu"] and plan.mode == (OUT_MODES["silu"] if plan.splits == 1 else PARTIAL)
+    if plan.kernel == "gemv" and plan.splits == 1:
+        assert plan.parts == min(8, 2 * row.parts)
+        groups = plan.grid[0] * 8 // plan.parts  # every pair owned, within one wave
+        assert groups * plan.parts <= SMS * 32 and groups * math.ceil(N // 2 / groups) >= N // 2
+        chunks = math.ceil(K / 256)  # per row; a warp's chunks: its units x its share of a unit
+        mine = math.ceil(N // 2 / groups) * math.ceil(2 * chunks / plan.parts)
+        assert mine <= math.ceil(N / (row.grid[0] * 8 // row.parts)) * math.ceil(chunks / row.parts)
+    else:
+        assert plan.grid == row.grid and plan.parts == row.parts
+    if plan.splits > 1:
+        red = plan.launches("y", "x", "w", "ws", B, N, K)[1]
+        assert red.args["mode"] == OUT_MODES["silu"] and red.grid[0] * 256 >= B * N // 2 > (red.grid[0] - 1) * 256
+    with pytest.raises(ValueError, match="even N"):
+        gemv_plan(B, N + 1, K, "silu")
 
 
 @pytest.mark.parametrize("kernel,rows,threads",
@@ -212,10 +236,13 @@ def run_gemv(module, y, x, w, B, N, K, out, stream, kernel=None, splits=None, x_
 
 
 def fused_input(x, g, eps, x_op):
-    """The bf16 tensor a projection with ``x_op`` multiplies: what rmsnorm.cu / silu_mul.cu would store."""
-    if x_op == "rmsnorm":
-        return ref.to_bf16(ref.rmsnorm(x, g, eps))
-    return ref.to_bf16(ref.silu_mul(x)) if x_op == "silu_mul" else x
+    """The bf16 tensor a projection with ``x_op`` multiplies: what rmsnorm.cu would store."""
+    return ref.to_bf16(ref.rmsnorm(x, g, eps)) if x_op == "rmsnorm" else x
+
+
+def projected(h, w, out):
+    """The reference of a projection of h: ``linear``, or for ``out == "silu"`` silu_mul of its bf16 rounding."""
+    return ref.silu_mul(ref.to_bf16(ref.linear(h, w))) if out == "silu" else ref.linear(h, w)
 
 
 @pytest.fixture(scope="module")
@@ -313,22 +340,46 @@ def test_gemv(mods, stream, rng, N, K):
                                        err_msg=f"B={B} N={N} K={K} {plan}")
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("N,K", [(11264, 2048), (4096, 768), (384, 64), (198, 40), (128, 9000)])
+def test_gemv_silu(mods, stream, rng, N, K):
+    """out="silu": weight rows n (gate) and n + N/2 (up) give y[b, n] = bf16(silu(g) * u) of their bf16-rounded
+    sums, for every kernel, with and without split-K (the reduce pairs them), bit-identical run to run; 1b and
+    small gate_up, tiny, an odd pair count, and a K that makes gemv split."""
+    w = bf16(rng.standard_normal((N, K)) / math.sqrt(K))  # [N, K]: gate rows, then up rows; sums O(1)
+    wd = upload(w)
+    for B in [1, 3, 8, 16, 37, 64]:
+        x = bf16(rng.standard_normal((B, K)))  # [B, K]
+        xd = upload(x)
+        want = projected(x, w, "silu")  # [B, N/2]
+        for kernel, splits in [(None, None), *VARIANTS]:
+            runs = []
+            for _ in range(2):
+                y = poisoned(want.shape, BF16, stream)
+                plan = run_gemv(mods["gemv"], y, xd, wd, B, N, K, "silu", stream, kernel, splits)
+                stream.synchronize()
+                runs.append(y.to_numpy())
+            assert runs[0].tobytes() == runs[1].tobytes(), f"B={B} {plan}: not bit-identical"
+            np.testing.assert_allclose(runs[0].astype(np.float64), want, rtol=1e-2, atol=1e-2,
+                                       err_msg=f"B={B} N={N} K={K} {plan}")
+
+
 FUSED_SHAPES = [(2304, 768), (768, 2048), (2048, 5632), (99, 40)]  # small qkv / down-like, 1b down, ragged
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("x_op", ["rmsnorm", "silu_mul"])
 @pytest.mark.parametrize("N,K", FUSED_SHAPES)
-def test_gemv_fused_input(mods, stream, rng, N, K, x_op):
-    """x_op fuses rmsnorm / silu_mul into the x loads: the result is the projection of the bf16 tensor the
+def test_gemv_fused_input(mods, stream, rng, N, K):
+    """x_op="rmsnorm" fuses rmsnorm into the x loads: the result is the projection of the bf16 tensor the
     separate kernel would have stored (reference: op in float64, rounded to bf16, then linear)."""
+    x_op = "rmsnorm"
     eps = 1e-5
     w = bf16(rng.standard_normal((N, K)) / math.sqrt(K))  # [N, K]
     wd = upload(w)
     g = bf16(rng.uniform(0.5, 1.5, K))  # [K] norm weight
     gd = upload(g)
     for B in [1, 3, 16, 37]:
-        x = bf16(rng.standard_normal((B, 2 * K if x_op == "silu_mul" else K)) * 3.0)  # [B, K] or [B, 2K]
+        x = bf16(rng.standard_normal((B, K)) * 3.0)  # [B, K]
         h = fused_input(x, g, eps, x_op)  # [B, K]
         want = ref.linear(h, w)  # [B, N]
         xd = upload(x)
@@ -347,28 +398,28 @@ def test_gemv_fused_input(mods, stream, rng, N, K, x_op):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("x_op", ["plain", "rmsnorm", "silu_mul"])
-@pytest.mark.parametrize("N,K", [(2048, 5632), (2304, 768), (99, 40), (64, 9000)])
-def test_gemv_any_grid(mods, stream, rng, N, K, x_op):
-    """gemv's warp groups stride over the rows, so any grid and any warps per row are correct, and a row
-    is summed in the same order whichever group owns it: one block (every ring wrapping across rows), 3 blocks
-    and twice the planned grid give the planned grid's bytes (K = 9000 splits: x fits in halves); 1, 2 and 8
-    warps per row match the reference."""
+@pytest.mark.parametrize("x_op,out", [("plain", "f32"), ("rmsnorm", "f32"), ("rmsnorm", "silu")])
+@pytest.mark.parametrize("N,K", [(2048, 5632), (2304, 768), (98, 40), (64, 9000)])
+def test_gemv_any_grid(mods, stream, rng, N, K, x_op, out):
+    """gemv's warp groups stride over the rows (out="silu": gate/up row pairs), so any grid and any warps per
+    row are correct, and a row is summed in the same order whichever group owns it: one block (every ring
+    wrapping across rows), 3 blocks and twice the planned grid give the planned grid's bytes (K = 9000 splits:
+    x fits in halves); 1, 2 and 8 warps per row match the reference."""
     eps = 1e-5
     w = bf16(rng.standard_normal((N, K)) / math.sqrt(K))  # [N, K]
     g = bf16(rng.uniform(0.5, 1.5, K))  # [K] norm weight
     B = 3
-    x = bf16(rng.standard_normal((B, 2 * K if x_op == "silu_mul" else K)) * 3.0)  # [B, K] or [B, 2K]
+    x = bf16(rng.standard_normal((B, K)) * 3.0)  # [B, K]
     h = fused_input(x, g, eps, x_op)  # [B, K]: the input the kernel multiplies
-    want = ref.linear(h, w)  # [B, N]
+    want = projected(h, w, out)  # [B, N] or [B, N/2]
     wd, xd, gd = upload(w), upload(x), upload(g)
-    plan = gemv_plan(B, N, K, "f32", "gemv", x_op=x_op)
+    plan = gemv_plan(B, N, K, out, "gemv", x_op=x_op)
     ws = poisoned((max(plan.workspace_bytes, 1),), np.uint8, stream)
     tol = dict(rtol=1e-5, atol=1e-4) if x_op == "plain" else dict(rtol=1e-2, atol=1e-2)
     runs = []
     for parts, blocks in ((plan.parts, plan.grid[0]), (plan.parts, 1), (plan.parts, 3), (plan.parts, 2 * plan.grid[0]),
                           (1, 5), (2, 7), (8, plan.grid[0])):
-        y = poisoned((B, N), np.float32, stream)
+        y = poisoned(want.shape, np.float32 if out == "f32" else BF16, stream)
         for step in replace(plan, grid=(blocks, *plan.grid[1:]), parts=parts).launches(y, xd, wd, ws, B, N, K, gd,
                                                                                       eps):
             launch(mods["gemv"], step.kernel, step.grid, step.block, stream, step.shared, **step.args)
@@ -382,8 +433,8 @@ def test_gemv_any_grid(mods, stream, rng, N, K, x_op):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("x_op", ["plain", "rmsnorm", "silu_mul"])
-@pytest.mark.parametrize("N,K", [(2304, 768), (768, 2048), (99, 40)])
+@pytest.mark.parametrize("x_op", ["plain", "rmsnorm"])
+@pytest.mark.parametrize("N,K", [(2304, 768), (768, 2048), (98, 40)])
 def test_gemv_skips_inactive_rows(mods, stream, rng, N, K, x_op):
     """Rows with positions < 0 read no input (their x is NaN here) and come out as zeros (bf16, f32) or leave
     the residual bit-for-bit as it was; the active rows match the reference, for every kernel and split-K."""
@@ -395,19 +446,19 @@ def test_gemv_skips_inactive_rows(mods, stream, rng, N, K, x_op):
         positions = rng.integers(0, 100, size=B).astype(np.int32)  # [B]
         positions[rng.permutation(B)[:max(1, B // 3)]] = -1  # a third of the rows inactive (B = 1: the row)
         off = positions < 0
-        x = bf16(rng.standard_normal((B, 2 * K if x_op == "silu_mul" else K)) * 3.0)  # [B, K] or [B, 2K]
+        x = bf16(rng.standard_normal((B, K)) * 3.0)  # [B, K]
         h = fused_input(x, g, eps, x_op)  # [B, K]
-        want = ref.linear(h, w)  # [B, N]
         x[off] = np.nan  # an inactive row's input must never be read
         xd, pd = upload(x), upload(positions)
         res = bf16(rng.standard_normal((B, N)))  # [B, N]
         for kernel, splits in VARIANTS:
-            for out, dtype in (("bf16", BF16), ("f32", np.float32), ("residual", BF16)):
-                y = upload(res) if out == "residual" else poisoned((B, N), dtype, stream)
+            for out, dtype in (("bf16", BF16), ("f32", np.float32), ("residual", BF16), ("silu", BF16)):
+                want = projected(h, w, out)  # [B, N] or [B, N/2]
+                y = upload(res) if out == "residual" else poisoned(want.shape, dtype, stream)
                 plan = run_gemv(mods["gemv"], y, xd, wd, B, N, K, out, stream, kernel, splits, x_op, gd, eps, pd)
                 stream.synchronize()
                 got, where = y.to_numpy().astype(np.float64), f"B={B} {out} {x_op} {plan}"
-                base = res.astype(np.float64) if out == "residual" else np.zeros((B, N))  # [B, N]
+                base = res.astype(np.float64) if out == "residual" else np.zeros(want.shape)
                 np.testing.assert_allclose(got[~off], (base + want)[~off], rtol=1e-2, atol=1e-2, err_msg=where)
                 np.testing.assert_array_equal(got[off], base[off], err_msg=where)
 

@@ -208,7 +208,7 @@ class DecodeModel:
         self.x = new((B, D), BF16)                            # [B, D] residual stream
         self.qkv = new((B, qkv_dim), BF16)                    # [B, (H + 2 KVH) hd]
         self.attn = new((B, H * hd), BF16)                    # [B, H hd]
-        self.gu = new((B, 2 * F), BF16)                       # [B, 2F] gate | up
+        self.gu = new((B, F), BF16)                           # [B, F] silu(gate) * up
         self.logits = new((B, V), np.float32)                 # [B, V]
         if self.comm is not None:
             self.partial = new((B, D), np.float32)            # [B, D] row-parallel partial sums (all-reduced)
@@ -254,11 +254,11 @@ class DecodeModel:
                 launch(name + (".reduce" if i else ""), ln.kernel, LaunchShape(ln.grid, ln.block, ln.shared),
                        **ln.args)
 
-        def row_parallel(name, x, w, K, x_op="plain"):  # self.x[B, D] += op(x) @ w[D, K]^T, summed over ranks
+        def row_parallel(name, x, w, K):  # self.x[B, D] += x @ w[D, K]^T, summed over ranks
             if self.comm is None:
-                linear(name, self.x, x, w, D, K, "residual", x_op)
+                linear(name, self.x, x, w, D, K, "residual")
                 return
-            linear(name, self.partial, x, w, D, K, "f32", x_op)                       # this rank's fp32 part
+            linear(name, self.partial, x, w, D, K, "f32")                             # this rank's fp32 part
             out.append(AllReduce(name + ".all_reduce", self.comm, self.partial, B * D))  # sum over ranks
             # x = bf16(float(x) + sum): the fused residual store. Plain stream order after the collective
             # (no PDL): whatever NCCL enqueued (kernels, joins, or nothing for one rank) is finished first.
@@ -267,8 +267,8 @@ class DecodeModel:
                 y=self.x, partial=self.partial, positions=self.positions, B=B, N=D, splits=1,
                 mode=OUT_MODES["residual"])))
 
-        # RMSNorm is fused into the projection after it and silu_mul into the down projection (x_op): h and
-        # m never reach memory; attention applies RoPE, appends K/V and merges its splits itself (counters).
+        # RMSNorm is fused into the projection after it (x_op) and silu_mul into gate_up's epilogue ("silu"):
+        # h and gate | up never reach memory; attention applies RoPE, appends K/V and merges its splits itself.
         D, F, H, KVH, hd = c.dim, c.ffn_dim, c.n_heads, c.n_kv_heads, c.head_dim
         ap = attention_plan_for(c, B)
         launch("embed", "embedding", LaunchShape(B, 128), out=self.x, tokens=self.tokens, table=self.embed,
@@ -284,9 +284,9 @@ class DecodeModel:
                    max_splits=ap.max_splits, prefetch=ap.prefetch, scale=ap.scale, rope_cos=self.rope_cos,
                    rope_sin=self.rope_sin)
             row_parallel(p + "o_proj", self.attn, L.w_o, H * hd)                         # x += attn @ Wo^T
-            linear(p + "gate_up", self.gu, self.x, L.w_gate_up, 2 * F, D,              # rmsnorm(x) @ Wgu^T
-                   x_op="rmsnorm", norm=L.mlp_norm)
-            row_parallel(p + "down", self.gu, L.w_down, F, "silu_mul")                   # x += silu_mul(gu) @ Wd^T
+            linear(p + "gate_up", self.gu, self.x, L.w_gate_up, 2 * F, D, "silu",      # silu_mul(rmsnorm(x)
+                   x_op="rmsnorm", norm=L.mlp_norm)                                      #          @ Wgu^T)
+            row_parallel(p + "down", self.gu, L.w_down, F)                               # x += gu @ Wd^T
         linear("lm_head", self.logits, self.x, self.lm_head, c.vocab, D, "f32", "rmsnorm", self.final_norm)
         launch("argmax", "argmax", LaunchShape(B, 1024), tokens=self.next_tokens, logits=self.logits, V=c.vocab)
         return out

@@ -24,12 +24,14 @@ over every projection and batch size it launches, and may share it between proje
 the other on one stream).
 
 Output modes (``out``): ``"bf16"`` y bf16; ``"residual"`` y bf16 updated in place, ``y += x @ W^T``; ``"f32"``
-y fp32 (logits).
+y fp32 (logits); ``"silu"`` the SwiGLU of a fused gate/up weight ``[2F, K]`` (gate rows, then up): y bf16
+``[B, F]`` = ``bf16(silu(gate) * up)`` of the bf16-rounded projections, kernels/silu_mul.cu's math applied once
+per element in the projection's epilogue (the down projection then reads plain x instead of redoing silu in
+every block: at B = 8 that redundant silu made 1b's down cost 34.7 us for 5.4 us of bytes, H200, session 6).
 
 Input ops (``x_op``) fuse the kernel before the projection into its x loads, saving a launch and a round trip:
 ``"plain"`` x[B, K] as stored; ``"rmsnorm"`` ``bf16(rmsnorm(x[B, K]) * norm)`` (``launches(norm=, eps=)``; each
-block computes its rows' inverse RMS over all of K); ``"silu_mul"`` ``bf16(silu(gate) * up)`` of x[B, 2K].
-Each rounds to bf16 exactly where kernels/rmsnorm.cu and kernels/silu_mul.cu store.
+block computes its rows' inverse RMS over all of K), rounded to bf16 exactly where kernels/rmsnorm.cu stores.
 """
 
 from __future__ import annotations
@@ -42,9 +44,9 @@ from typing import NamedTuple
 __all__ = ["OUT_MODES", "PARTIAL", "X_OPS", "SMS", "GemvPlan", "Launch", "gemv_plan", "max_workspace_bytes",
            "tc_target_blocks"]
 
-OUT_MODES = {"bf16": 0, "residual": 1, "f32": 2}  # the `mode` argument of kernels/gemv.cu
+OUT_MODES = {"bf16": 0, "residual": 1, "f32": 2, "silu": 4}  # the `mode` argument of kernels/gemv.cu
 PARTIAL = 3  # mode: write fp32 partials of one K split
-X_OPS = {"plain": 0, "rmsnorm": 1, "silu_mul": 2}  # the `x_op` argument of kernels/gemv.cu
+X_OPS = {"plain": 0, "rmsnorm": 1}  # the `x_op` argument of kernels/gemv.cu
 SMS = 132  # streaming multiprocessors of the H200
 TC_TILE = 64  # gemm_tc output tile edge (TC_M == TC_N in gemv.cu)
 MMA_ROWS = 16  # weight rows per gemv_mma block
@@ -53,6 +55,7 @@ GEMV_WARPS_PER_SM = 32  # gemv: warps per SM in its one wave (4 blocks x 8 warps
 GEMV_BLOCK_WARPS = 8  # gemv: warps per block
 GEMV_CHUNK = 256  # gemv: K elements per streamed chunk (PIPE_CHUNK in gemv.cu)
 GEMV_RING = 8 * 512  # gemv: bytes of one warp's cp.async ring (PIPE_STAGES x PIPE_CHUNK bf16)
+GEMV_RED = 16  # gemv: bytes of one warp's row partials (2 units x 2 rows, fp32)
 GEMV_SHARED = 47 * 1024  # gemv: dynamic shared bytes at most (rings + x: under the 48 KiB that needs no opt-in,
 # with room for the static part)
 
@@ -91,7 +94,7 @@ class GemvPlan:
 
         ``y``, ``x``, ``w``, ``workspace``, ``norm``, ``positions`` are whatever the launcher accepts as pointers
         (buffers or ints); ``workspace`` may be None when ``splits == 1``; ``norm [K]`` and ``eps`` serve ``x_op ==
-        "rmsnorm"`` (x is ``[B, 2K]`` for ``"silu_mul"``). ``positions`` (int32 ``[B]``, None: every row active)
+        "rmsnorm"``. ``positions`` (int32 ``[B]``, None: every row active)
         marks inactive rows (``< 0``): they read no input and come out as zeros (``"residual"``: y unchanged).
         """
         if self.x_op == X_OPS["rmsnorm"] and norm is None:
@@ -134,7 +137,8 @@ def tc_target_blocks(B: int) -> int:
 
 def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = None,
               splits: int | None = None, x_op: str = "plain") -> GemvPlan:
-    """The launch plan for ``y[B, N] (out) op(x)[B, K] @ W[N, K]^T``; ``K % 8 == 0`` (16-byte rows).
+    """The launch plan for ``y[B, N] (out) op(x)[B, K] @ W[N, K]^T``; ``K % 8 == 0`` (16-byte rows); ``out ==
+    "silu"`` needs N even (gate rows, then up) and gives y ``[B, N / 2]``.
 
     ``kernel`` and ``splits`` override the choice (every kernel is correct for every ``B``; tests and the
     benchmark compare them).
@@ -143,6 +147,8 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         raise ValueError(f"gemv needs B >= 1, N >= 1 and K a positive multiple of 8; got B={B}, N={N}, K={K}")
     if out not in OUT_MODES:
         raise ValueError(f"out must be one of {sorted(OUT_MODES)}, got {out!r}")
+    if out == "silu" and N % 2:
+        raise ValueError(f"out='silu' needs an even N (gate rows, then up rows); got N={N}")
     if x_op not in X_OPS:
         raise ValueError(f"x_op must be one of {sorted(X_OPS)}, got {x_op!r}")
     kernel = kernel or ("gemv" if B == 1 else "gemv_mma" if B <= 16 else "gemm_tc")
@@ -156,11 +162,14 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         target = SMS * GEMV_WARPS_PER_SM
         while parts < 8 and N * parts * 2 <= target and parts * 2 <= chunks:
             parts *= 2
-        groups = math.ceil(N / math.ceil(N * parts / target)) if N * parts > target else N
         block = (32 * GEMV_BLOCK_WARPS, 1, 1)
-        rings = GEMV_BLOCK_WARPS * (GEMV_RING + 8)  # + 2 fp32 partials per warp
+        rings = GEMV_BLOCK_WARPS * (GEMV_RING + GEMV_RED)
         x_limit = (GEMV_SHARED - rings) // 2 // 64 * 64  # K elements of x per split
         splits, k_chunk = _splits(1, K, 1, 8, splits if splits is not None else math.ceil(K / x_limit))
+        units = N
+        if out == "silu" and splits == 1:  # a group owns gate/up row pairs: twice the warps per pair keeps
+            units, parts = N // 2, min(8, 2 * parts)  # every warp's share of the bytes what it is for rows
+        groups = math.ceil(units / math.ceil(units * parts / target)) if units * parts > target else units
         grid = (math.ceil(groups * parts / GEMV_BLOCK_WARPS), splits, 1)
         shared = rings + 2 * k_chunk
     elif kernel == "gemv_mma":
@@ -178,7 +187,7 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
     mode = OUT_MODES[out]
     if splits == 1:
         return GemvPlan(kernel, grid, block, shared, 1, k_chunk, mode, mode, X_OPS[x_op], 0, None, parts)
-    reduce_grid = (math.ceil(B * N / REDUCE_THREADS), 1, 1)
+    reduce_grid = (math.ceil(B * (N // 2 if out == "silu" else N) / REDUCE_THREADS), 1, 1)
     return GemvPlan(kernel, grid, block, shared, splits, k_chunk, PARTIAL, mode, X_OPS[x_op], 4 * splits * B * N,
                     reduce_grid, parts)
 
