@@ -20,9 +20,12 @@
 //   template parameters inside, so each variant holds only the registers it needs).
 //   grid  = (B, H / G, max_splits), block = (128) = 4 warps, no dynamic shared memory.
 //   Block (b, y, s) serves query heads [y*G, y*G + G) (G divides H/KVH: all of one KV head's group, or an
-//   equal share of it, so the group's K/V is read once per block) over tokens [s*partition,
-//   (s+1)*partition) of row b; a block whose partition starts at or past ctx exits at once, so the grid is
-//   fixed for the maximum context and one CUDA graph serves every length. Warps take 16-token pages in
+//   equal share of it, so the group's K/V is read once per block) over tokens [s*part, (s+1)*part) of row b,
+//   part = the row's tokens per split (attn_part: the plan's partition; for a plan with min_partition <
+//   partition, a short context gets as few as min_partition tokens per split, up to 16 splits: B = 1 at
+//   context 513 measured 8.1 us with 64-token splits and 9.8 us with 128, while 4096 tokens wanted 128:
+//   16.8 us vs 20.7); a block whose split starts at or past ctx exits at once, so the grid is fixed for the
+//   maximum context and one CUDA graph serves every length. Warps take 16-token pages in
 //   turn; each lane issues hd/16 16-byte loads of K and of V per page (a page of one KV head is one
 //   contiguous 16*hd*2-byte run), runs an online softmax in the log2 domain (fp32), and the 4 warps merge
 //   through shared memory in a fixed order.
@@ -30,8 +33,8 @@
 //   max_splits  > 1, counters null: the block writes unnormalised partials (fp32) to the workspace;
 //   attention_combine merges them.
 //   max_splits  > 1, counters given (fused combine, no second launch): a row whose context fits one
-//   partition is written directly by its split-0 block; otherwise every block with tokens writes its partials,
-//   fences, and counts itself in counters[b, y]; the last of the row's n = ceil(ctx / partition) blocks
+//   split is written directly by its split-0 block; otherwise every block with tokens writes its partials,
+//   fences, and counts itself in counters[b, y]; the last of the row's n = ceil(ctx / part) blocks
 //   resets the counter to 0 (ready for the next launch or graph replay) and merges the n partials in split
 //   order (the same order whichever block is last: bit-identical run to run).
 //   Contexts are clamped to min(max_blocks * 16, max_splits * partition) (what the table and grid can hold).
@@ -46,7 +49,8 @@
 //     block_tables [B, max_blocks]                int32
 //     positions    [B]                            int32
 //     max_blocks   row stride of block_tables; n_heads H, n_kv_heads KVH; partition (tokens per split, a
-//     multiple of 64, at most 2048); max_splits (== gridDim.z); prefetch: K/V pages per warp moved into L2
+//     multiple of 64, at most 2048); min_partition (a multiple of 64, <= partition: the fewest tokens per
+//     split of a short context); max_splits (== gridDim.z); prefetch: K/V pages per warp moved into L2
 //     before the PDL wait (attn_plan.py chooses it: it pays at B = 1 only); scale (1/sqrt(hd)).
 //     rope_cos     [max_blocks * 16, hd / 2]     fp32   cos of position x frequency (a constant table)
 //     rope_sin     [max_blocks * 16, hd / 2]     fp32   sin
@@ -57,7 +61,7 @@
 //   grid = (B, H), block = (256), dynamic shared memory = (2 * max_splits + 256) * 4 bytes. Inactive rows
 //   write zeros. Requires head_dim <= 256.
 //   Arguments: out [B, H*hd] bf16; part_o, part_ml as above; positions [B] int32; max_blocks; n_heads;
-//   head_dim; partition; max_splits.
+//   head_dim; partition; min_partition; max_splits (the attention launch's).
 //
 // Measured on the H200 (benchmarks/attention_bandwidth.py, H=16, hd=128, plan for max_seq_len=4096, cold KV):
 //   MHA B=64 ctx 4096: 511 us attention + 9 us combine = 4131 GB/s of KV (0.97 of 4270); B=37: 0.95, and
@@ -77,6 +81,15 @@
 
 __device__ __forceinline__ int attn_ctx(int pos, int max_blocks, int partition, int max_splits) {
     return min(pos + 1, min(max_blocks * ATTN_PAGE, partition * max_splits));
+}
+
+// Tokens per split for a row of ctx tokens: enough 64-token multiples for at most ATTN_SHORT_SPLITS splits (and
+// at most max_splits), at least min_partition, at most the plan's partition. With min_partition == partition
+// (every plan but the smallest batches) that is the partition.
+#define ATTN_SHORT_SPLITS 16
+__device__ __forceinline__ int attn_part(int ctx, int partition, int min_partition, int max_splits) {
+    const int per = 64 * min(ATTN_SHORT_SPLITS, max_splits);
+    return min(partition, max(min_partition, (ctx + per - 1) / per * 64));
 }
 
 // RoPE on this lane's 8 dims [8c, 8c + 8) of one head (rotate-half), rounded to bf16: the partner dims
@@ -100,7 +113,7 @@ __device__ __forceinline__ void attention_block(
         int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
         __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
         const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-        int n_kv_heads, int partition, int max_splits, int prefetch, float scale,
+        int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch, float scale,
         const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
     constexpr int C = HD / 8;       // lanes per token row (one 16-byte chunk of 8 bf16 each)
     constexpr int TPL = 32 / C;     // tokens covered by one warp-wide load
@@ -121,13 +134,14 @@ __device__ __forceinline__ void attention_block(
     // bandwidth (benchmarks/attention_bandwidth.py); from B = 8 on even 2 pages per warp cost 2-15%. This warp's pages are first, first + 4, ...: lane i
     // fetches the block of the i-th one up front, so the table lookup is not a dependent load ahead of every
     // page (partition <= 2048 keeps i < 32); entries past the context are fetched but never used.
-    const int first = split * partition / ATTN_PAGE + warp;
-    const int my_page = first + lane * ATTN_WARPS;
-    const int my_blk = my_page < max_blocks ? block_tables[(long long)b * max_blocks + my_page] : 0;
     const int pos = positions[b];
     const int ctx = attn_ctx(pos, max_blocks, partition, max_splits);
-    const int t0 = split * partition;
-    const int n_used = (ctx + partition - 1) / partition;  // splits that hold tokens (0 for inactive rows)
+    const int part = attn_part(ctx, partition, min_partition, max_splits);  // this row's tokens per split
+    const int first = split * part / ATTN_PAGE + warp;
+    const int my_page = first + lane * ATTN_WARPS;
+    const int my_blk = my_page < max_blocks ? block_tables[(long long)b * max_blocks + my_page] : 0;
+    const int t0 = split * part;
+    const int n_used = (ctx + part - 1) / part;  // splits that hold tokens (0 for inactive rows)
     const bool direct = max_splits == 1 || (counters != nullptr && n_used <= 1);  // this block writes out
     if (t0 >= ctx) {  // past the end (or inactive): nothing to read
         if (split == 0 && direct) {  // this block owns the zero output
@@ -138,7 +152,7 @@ __device__ __forceinline__ void attention_block(
         return;
     }
     const int group = n_heads / n_kv_heads, kh = h0 / group;
-    const bool newest = pos >= t0 && pos < min(t0 + partition, ctx);  // this split holds the appended token
+    const bool newest = pos >= t0 && pos < min(t0 + part, ctx);  // this split holds the appended token
     const long long slot = newest ? ((long long)block_tables[(long long)b * max_blocks + pos / ATTN_PAGE]
                                      * n_kv_heads + kh) * ATTN_PAGE + pos % ATTN_PAGE : 0;
     const long long angles = (long long)min(pos, max_blocks * ATTN_PAGE - 1) * (HD / 2);  // table row
@@ -148,7 +162,7 @@ __device__ __forceinline__ void attention_block(
     }
     {
         constexpr int LINES = ATTN_PAGE * HD * 2 / 128;  // 128-byte lines of one page's K (and of its V)
-        const int t_end = min(t0 + partition, ctx);
+        const int t_end = min(t0 + part, ctx);
         for (int i = 0, page = first; i < prefetch && page * ATTN_PAGE < t_end; ++i, page += ATTN_WARPS) {
             const long long base = (((long long)__shfl_sync(0xffffffffu, my_blk, i) * n_kv_heads + kh)
                                     * ATTN_PAGE) * HD;
@@ -193,7 +207,7 @@ __device__ __forceinline__ void attention_block(
     }
     // The appended token (newest block: pos == t1 - 1) is added after the pages, from shared memory: the
     // cache slot is being written in this launch. (Swapping it into the page loop cost 32 more registers.)
-    const int t1 = newest ? pos : min(t0 + partition, ctx);
+    const int t1 = newest ? pos : min(t0 + part, ctx);
 
     float m[G], l[G], acc[G][8];
 #pragma unroll
@@ -373,11 +387,12 @@ attention_hd16_g1(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, f
                   int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
                   __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
                   const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                  int n_kv_heads, int partition, int max_splits, int prefetch, float scale,
+                  int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch, float scale,
                   const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
     attention_block<16, 1>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
-                           max_blocks, n_heads, n_kv_heads, partition, max_splits, prefetch, scale, rope_cos,
+                           max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale,
+                           rope_cos,
                            rope_sin);
 }
 
@@ -386,11 +401,12 @@ attention_hd16_g2(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, f
                   int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
                   __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
                   const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                  int n_kv_heads, int partition, int max_splits, int prefetch, float scale,
+                  int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch, float scale,
                   const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
     attention_block<16, 2>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
-                           max_blocks, n_heads, n_kv_heads, partition, max_splits, prefetch, scale, rope_cos,
+                           max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale,
+                           rope_cos,
                            rope_sin);
 }
 
@@ -399,11 +415,12 @@ attention_hd16_g4(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, f
                   int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
                   __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
                   const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                  int n_kv_heads, int partition, int max_splits, int prefetch, float scale,
+                  int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch, float scale,
                   const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
     attention_block<16, 4>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
-                           max_blocks, n_heads, n_kv_heads, partition, max_splits, prefetch, scale, rope_cos,
+                           max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale,
+                           rope_cos,
                            rope_sin);
 }
 
@@ -412,11 +429,12 @@ attention_hd64_g1(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, f
                   int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
                   __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
                   const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                  int n_kv_heads, int partition, int max_splits, int prefetch, float scale,
+                  int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch, float scale,
                   const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
     attention_block<64, 1>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
-                           max_blocks, n_heads, n_kv_heads, partition, max_splits, prefetch, scale, rope_cos,
+                           max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale,
+                           rope_cos,
                            rope_sin);
 }
 
@@ -425,11 +443,12 @@ attention_hd64_g2(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, f
                   int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
                   __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
                   const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                  int n_kv_heads, int partition, int max_splits, int prefetch, float scale,
+                  int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch, float scale,
                   const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
     attention_block<64, 2>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
-                           max_blocks, n_heads, n_kv_heads, partition, max_splits, prefetch, scale, rope_cos,
+                           max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale,
+                           rope_cos,
                            rope_sin);
 }
 
@@ -438,11 +457,12 @@ attention_hd64_g4(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, f
                   int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
                   __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
                   const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                  int n_kv_heads, int partition, int max_splits, int prefetch, float scale,
+                  int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch, float scale,
                   const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
     attention_block<64, 4>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
-                           max_blocks, n_heads, n_kv_heads, partition, max_splits, prefetch, scale, rope_cos,
+                           max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale,
+                           rope_cos,
                            rope_sin);
 }
 
@@ -451,11 +471,12 @@ attention_hd128_g1(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, 
                    int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
                    __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
                    const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                   int n_kv_heads, int partition, int max_splits, int prefetch, float scale,
+                   int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch, float scale,
                   const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
     attention_block<128, 1>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
-                            max_blocks, n_heads, n_kv_heads, partition, max_splits, prefetch, scale, rope_cos,
+                            max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale,
+                           rope_cos,
                            rope_sin);
 }
 
@@ -464,11 +485,12 @@ attention_hd128_g2(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, 
                    int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
                    __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
                    const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                   int n_kv_heads, int partition, int max_splits, int prefetch, float scale,
+                   int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch, float scale,
                   const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
     attention_block<128, 2>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
-                            max_blocks, n_heads, n_kv_heads, partition, max_splits, prefetch, scale, rope_cos,
+                            max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale,
+                           rope_cos,
                            rope_sin);
 }
 
@@ -477,18 +499,19 @@ attention_hd128_g4(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, 
                    int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
                    __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
                    const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                   int n_kv_heads, int partition, int max_splits, int prefetch, float scale,
+                   int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch, float scale,
                   const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
     attention_block<128, 4>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
-                            max_blocks, n_heads, n_kv_heads, partition, max_splits, prefetch, scale, rope_cos,
+                            max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale,
+                           rope_cos,
                            rope_sin);
 }
 
 extern "C" __global__ void __launch_bounds__(ATTN_COMBINE_THREADS)
 attention_combine(__nv_bfloat16* __restrict__ out, const float* __restrict__ part_o,
                   const float* __restrict__ part_ml, const int* __restrict__ positions, int max_blocks,
-                  int n_heads, int head_dim, int partition, int max_splits) {
+                  int n_heads, int head_dim, int partition, int min_partition, int max_splits) {
     pdl_begin();
     extern __shared__ float sm[];
     float* m_s = sm;                   // [max_splits] split maxima (log2 domain)
@@ -502,7 +525,8 @@ attention_combine(__nv_bfloat16* __restrict__ out, const float* __restrict__ par
             out[bh * head_dim + d] = __float2bfloat16(0.f);
         return;
     }
-    const int n = (ctx + partition - 1) / partition;  // splits that hold tokens (all others were skipped)
+    const int part = attn_part(ctx, partition, min_partition, max_splits);
+    const int n = (ctx + part - 1) / part;  // splits that hold tokens (all others were skipped)
     const float* ml = part_ml + bh * max_splits * 2;
     for (int s = threadIdx.x; s < n; s += blockDim.x) {  // all loads in flight at once
         m_s[s] = ml[2 * s];

@@ -33,7 +33,7 @@ def test_signatures():
         if name != "attention_combine":
             assert sig.names == ("out", "part_o", "part_ml", "counters", "qkv", "k_cache", "v_cache",
                                  "block_tables", "positions", "max_blocks", "n_heads", "n_kv_heads", "partition",
-                                 "max_splits", "prefetch", "scale", "rope_cos", "rope_sin")
+                                 "min_partition", "max_splits", "prefetch", "scale", "rope_cos", "rope_sin")
 
 
 def test_plan_shapes():
@@ -53,6 +53,10 @@ def test_plan_shapes():
     assert [attention_plan(16, 16, 128, batch=b, max_seq_len=4096).partition for b in (1, 2, 8, 16, 32)] == \
         [128, 128, 128, 256, 512]
     assert attention_plan(16, 4, 128, batch=1, max_seq_len=4096).partition == 64  # G = 4: 4 blocks per split
+    # below one block per SM at context 512, a row's split length follows its context down to 64 tokens
+    assert [attention_plan(16, 16, 128, batch=b, max_seq_len=4096).min_partition for b in (1, 2, 4, 8)] == \
+        [64, 64, 128, 128]
+    assert attention_plan(16, 16, 128, batch=1, max_seq_len=4096, partition=256).min_partition == 256  # forced
     single = attention_plan(16, 4, 128, batch=128, max_seq_len=512)
     assert single.max_splits == 1 and not single.combine and single.workspace_bytes == 0
     assert single.combine_shape is None and single.attention.grid == (128, 4, 1)
@@ -132,13 +136,15 @@ def run_attention(mod, stream, qkv, k_cache, v_cache, tables, positions, plan, t
     k.launch(plan.attention, k.args(out=out, part_o=part_o, part_ml=part_ml,
                                     counters=0 if counters is None else counters, **bufs,
                                     max_blocks=tables.shape[1], n_heads=n_heads, n_kv_heads=kvh,
-                                    partition=plan.partition, max_splits=plan.max_splits,
+                                    partition=plan.partition, min_partition=plan.min_partition,
+                                    max_splits=plan.max_splits,
                                     prefetch=plan.prefetch, scale=plan.scale, rope_cos=cos, rope_sin=sin), stream)
     if plan.combine and counters is None:
         c = mod.kernel("attention_combine")
         c.launch(plan.combine_shape, c.args(out=out, part_o=part_o, part_ml=part_ml,
                                             positions=bufs["positions"], max_blocks=tables.shape[1],
                                             n_heads=n_heads, head_dim=hd, partition=plan.partition,
+                                            min_partition=plan.min_partition,
                                             max_splits=plan.max_splits), stream)
     stream.synchronize()
     return out.to_numpy(), bufs["k_cache"].to_numpy(), bufs["v_cache"].to_numpy()
@@ -149,6 +155,8 @@ def run_attention(mod, stream, qkv, k_cache, v_cache, tables, positions, plan, t
 ATTN_CASES = [
     # batch, H, KVH, hd, max_seq_len, ctx_lens (<= 0: inactive), forced partition
     (1, 16, 16, 128, 4096, [4096], None),
+    (1, 16, 16, 128, 4096, [513], None),  # runtime split length: 9 splits of 64 tokens
+    (2, 16, 16, 128, 4096, [1000, 2500], None),  # 16 splits of 64; 20 of 128 (the plan's partition)
     (1, 16, 4, 128, 4096, [1], None),
     (3, 16, 4, 128, 4096, [17, 4096, 100], None),
     (8, 8, 8, 64, 1024, [1, 15, 16, 17, 100, 513, 1024, 0], None),

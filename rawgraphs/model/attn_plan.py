@@ -5,8 +5,9 @@ new K/V to the paged cache (``kernels/attention.cu``)::
 
     plan = attention_plan(cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, batch, cfg.max_seq_len)
     attention_hd<hd>_g<G>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
-                          max_blocks, n_heads, n_kv_heads, plan.partition, plan.max_splits, plan.prefetch,
-                          plan.scale, rope_cos, rope_sin)                 # plan.attention, name plan.kernel
+                          max_blocks, n_heads, n_kv_heads, plan.partition, plan.min_partition,
+                          plan.max_splits, plan.prefetch, plan.scale, rope_cos, rope_sin)
+                                                                          # plan.attention, name plan.kernel
 
 ``rope_cos`` / ``rope_sin`` are fp32 ``[max_blocks * 16, hd/2]`` tables (``reference.rope_tables``).
 
@@ -15,7 +16,7 @@ merges the splits itself (fused combine: one launch). With ``counters`` null and
 launch merges them::
 
         attention_combine(out, part_o, part_ml, positions, max_blocks, n_heads, head_dim,
-                          plan.partition, plan.max_splits)                # plan.combine_shape
+                          plan.partition, plan.min_partition, plan.max_splits)  # plan.combine_shape
 
 ``part_o`` / ``part_ml`` are fp32 workspaces of ``plan.part_o_shape`` / ``plan.part_ml_shape``; size them
 with :func:`workspace_elements` over every batch size that will be launched (a smaller batch may use more
@@ -57,6 +58,9 @@ class AttentionPlan:
     heads_per_block : G, query heads served by one block (all of one KV head's group, or an equal share of it;
         4, 2 or 1).
     partition : tokens per split; max_splits = ceil(max_seq_len / partition).
+    min_partition : the fewest tokens per split a short context gets (the kernel picks a row's split length at
+        run time from its context: up to 16 splits of min_partition..partition tokens); == partition, except
+        where the plan's splits would leave most SMs idle at a short context (B = 1 or 2 on 16 heads).
     prefetch : K/V pages per warp the kernel moves into L2 before its PDL wait (2 at B = 1, else 0).
     combine : whether attention_combine must run (max_splits > 1); otherwise attention writes ``out`` itself.
     part_o_shape, part_ml_shape : fp32 workspaces ``[B, H, max_splits, hd]`` and ``[B, H, max_splits, 2]``.
@@ -69,6 +73,7 @@ class AttentionPlan:
     combine_shape: LaunchShape | None
     heads_per_block: int
     partition: int
+    min_partition: int
     max_splits: int
     prefetch: int
     scale: float
@@ -99,7 +104,10 @@ def attention_plan(n_heads: int, n_kv_heads: int, head_dim: int, batch: int, max
     hd 128; benchmarks/attention_bandwidth.py), so at context 512 a B = 8 plan sized for 4096 alone (512 tokens
     per split, one busy block per row and head) took 18.9 us per layer; 128-token splits spread the same bytes
     over 4x the blocks (1b B=8 step 1.84 -> 1.78 ms, small B=8 0.46 -> 0.41 ms). ``partition`` forces a value
-    (a multiple of 64 up to 2048), e.g. to test the split path with short contexts. ``heads_per_block``
+    (a multiple of 64 up to 2048; then min_partition = partition), e.g. to test the split path with short
+    contexts. Where the partition gives fewer blocks than SMs at context 512, a row's split length follows its
+    context at run time down to 64 tokens (``min_partition``): B = 1, 16 heads, context 513 took 8.1 us with
+    64-token splits and 9.8 us with 128, but 20.7 vs 16.8 us at 4096 (H200, session 2). ``heads_per_block``
     forces G (4, 2 or 1, dividing H/KVH; default: the largest that divides), e.g. to compare variants.
     """
     if head_dim not in HEAD_DIMS:
@@ -113,11 +121,14 @@ def attention_plan(n_heads: int, n_kv_heads: int, head_dim: int, batch: int, max
     if g not in _HEADS_PER_BLOCK or group % g:
         raise ValueError(f"heads_per_block {g} must be one of {_HEADS_PER_BLOCK} and divide H/KVH = {group}")
     y = n_heads // g
+    min_partition = partition
     if partition is None:
         def filling(ctx: int, floor: int) -> int:  # largest partition >= floor with 2 blocks per SM at ctx
             fits = [p for p in _PARTITIONS if p >= floor]
             return next((p for p in fits if batch * y * math.ceil(ctx / p) >= 2 * num_sms), fits[-1])
         partition = min(filling(max_seq_len, _PARTITIONS[-1]), filling(min(max_seq_len, _SHORT_CONTEXT), 128))
+        short = batch * y * math.ceil(min(max_seq_len, _SHORT_CONTEXT) / partition) < num_sms
+        min_partition = _PARTITIONS[-1] if short else partition
     if not 64 <= partition <= 2048 or partition % 64:
         raise ValueError(f"partition {partition} must be a multiple of 64 in [64, 2048]")
     splits = math.ceil(max_seq_len / partition)
@@ -128,6 +139,7 @@ def attention_plan(n_heads: int, n_kv_heads: int, head_dim: int, batch: int, max
                                   shared=4 * (2 * splits + _COMBINE_THREADS)) if splits > 1 else None,
         heads_per_block=g,
         partition=partition,
+        min_partition=min_partition,
         max_splits=splits,
         prefetch=_PREFETCH_B1 if batch == 1 else 0,
         scale=1.0 / math.sqrt(head_dim),

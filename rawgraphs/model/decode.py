@@ -281,8 +281,8 @@ class DecodeModel:
                    part_ml=self.part_ml, counters=self.attn_counters, qkv=self.qkv, k_cache=L.k_cache,  # and
                    v_cache=L.v_cache, block_tables=self.block_tables, positions=self.positions,  # combine fused
                    max_blocks=self.max_blocks, n_heads=H, n_kv_heads=KVH, partition=ap.partition,
-                   max_splits=ap.max_splits, prefetch=ap.prefetch, scale=ap.scale, rope_cos=self.rope_cos,
-                   rope_sin=self.rope_sin)
+                   min_partition=ap.min_partition, max_splits=ap.max_splits, prefetch=ap.prefetch, scale=ap.scale,
+                   rope_cos=self.rope_cos, rope_sin=self.rope_sin)
             row_parallel(p + "o_proj", self.attn, L.w_o, H * hd)                         # x += attn @ Wo^T
             linear(p + "gate_up", self.gu, self.x, L.w_gate_up, 2 * F, D, "silu",      # silu_mul(rmsnorm(x)
                    x_op="rmsnorm", norm=L.mlp_norm)                                      #          @ Wgu^T)
