@@ -80,8 +80,8 @@ def time_case(mods, stream, kvh: int, batch: int, ctx: int, active: int, reps: i
     attn_args, fused_args = ([attn.args(out=out, part_o=part_o, part_ml=part_ml, counters=c, qkv=qkv, k_cache=k_cache,
                                         v_cache=v_cache, block_tables=t, positions=positions, max_blocks=max_blocks,
                                         n_heads=H, n_kv_heads=kvh, partition=plan.partition,
-                                        min_partition=plan.min_partition, max_splits=plan.max_splits, prefetch=plan.prefetch, scale=plan.scale,
-                                        rope_cos=cos, rope_sin=sin)
+                                        min_partition=plan.min_partition, max_splits=plan.max_splits,
+                                        prefetch=plan.prefetch, scale=plan.scale, rope_cos=cos, rope_sin=sin)
                               for t in tables] for c in (0, counters))
     comb_args = comb.args(out=out, part_o=part_o, part_ml=part_ml, positions=positions, max_blocks=max_blocks,
                           n_heads=H, head_dim=HD, partition=plan.partition, min_partition=plan.min_partition,
