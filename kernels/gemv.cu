@@ -438,11 +438,15 @@ __device__ __forceinline__ void named_barrier(int id, int threads) {
 
 // The issue side of one warp's ring: its chunks of its rows in order, one commit group per chunk (empty past
 // the end, so the wait count stays fixed).
+// PAIRS (OUT_SILU): a unit is two rows; this warp's chunks j >= jsplit are in the second. A compile-time switch:
+// the row stream is near the SM's issue limit at full HBM bandwidth (512 bytes per warp-chunk, 32 warps per
+// SM), and a per-chunk select in every projection cost qkv ~2 us and the LM head ~5 us per launch (H200).
+template <bool PAIRS>
 struct RowStream {
     bf16* ring;  // [PIPE_STAGES][PIPE_CHUNK] this warp's slots
     int K, k0, k1, stride, part, parts, mine;  // mine: chunks of a unit (row or row pair) this warp streams
-    int chunks;   // chunks of one row
-    size_t half;  // elements from a unit's first row to its second (OUT_SILU), 0: units are single rows
+    int chunks, jsplit;  // PAIRS: chunks of one row; this warp's chunks of the unit's first row
+    size_t half;         // PAIRS: elements from a unit's first row to its second
     int left, j, slot;  // chunks still to issue, the next one's index among this warp's chunks of its unit, slot
     const bf16* row;    // the next chunk's unit (its first row)
 
@@ -450,7 +454,7 @@ struct RowStream {
         if (left > 0) {
             int c = part + j * parts;
             const bf16* r = row;
-            if (c >= chunks) {  // the unit's second row
+            if (PAIRS && j >= jsplit) {  // the unit's second row
                 c -= chunks;
                 r += half;
             }
@@ -477,7 +481,7 @@ __device__ __forceinline__ void stage_x(bf16* xs, const bf16* __restrict__ x, co
 }
 
 // One pass per batch row: x[b] staged as xs[k1 - k0] after the PDL wait.
-template <int XOP>
+template <int XOP, bool PAIRS>
 __device__ __forceinline__ void gemv_body(void* y, const bf16* __restrict__ x, const bf16* __restrict__ w,
                                           const bf16* __restrict__ norm, const int* __restrict__ positions,
                                           int B, int N, int K, int k0, int k1, int mode, float eps, int parts) {
@@ -487,15 +491,15 @@ __device__ __forceinline__ void gemv_body(void* y, const bf16* __restrict__ x, c
     const int part = warp % parts, per_block = nwarps / parts;
     const int group = blockIdx.x * per_block + warp / parts, groups = gridDim.x * per_block;
     const int kc = k1 - k0, chunks = (kc + PIPE_CHUNK - 1) / PIPE_CHUNK;
-    const bool pairs = mode == OUT_SILU;
-    const int units = pairs ? N / 2 : N, unit_chunks = pairs ? 2 * chunks : chunks;
+    const int units = PAIRS ? N / 2 : N, unit_chunks = PAIRS ? 2 * chunks : chunks;
     const int mine = part < unit_chunks ? (unit_chunks - part + parts - 1) / parts : 0;
+    const int jsplit = PAIRS ? (part < chunks ? (chunks - part + parts - 1) / parts : 0) : mine;
     const int rows = group < units ? (units - 1 - group) / groups + 1 : 0;  // this group's units
     bf16* rings = reinterpret_cast<bf16*>(pipe_raw);      // [nwarps][PIPE_STAGES][PIPE_CHUNK]
     bf16* xs = rings + nwarps * PIPE_STAGES * PIPE_CHUNK;  // [kc] the pass's input row
     float* red = reinterpret_cast<float*>(xs + kc);        // [2][2][nwarps] partials g, u (parts > 1)
-    RowStream st{rings + warp * PIPE_STAGES * PIPE_CHUNK, K, k0, k1, groups, part, parts, mine, chunks,
-                 pairs ? (size_t)units * K : 0, 0, 0, 0, nullptr};
+    RowStream<PAIRS> st{rings + warp * PIPE_STAGES * PIPE_CHUNK, K, k0, k1, groups, part, parts, mine, chunks,
+                        jsplit, (size_t)units * K, 0, 0, 0, nullptr};
     for (int b = 0; b < B; ++b) {
         st.left = rows * mine;
         st.j = st.slot = 0;
@@ -514,28 +518,28 @@ __device__ __forceinline__ void gemv_body(void* y, const bf16* __restrict__ x, c
         stage_x<XOP>(xs, x, norm, b, K, k0, k1, eps, scratch);
         __syncthreads();
         int slot = 0;
-        for (int r = 0, n = group; r < rows; ++r, n += groups) {
-            float acc = 0.0f, acc_u = 0.0f;  // the unit's first row; its second (OUT_SILU)
-            for (int j = 0; j < mine; ++j) {
-                cp_async_wait<PIPE_STAGES - 2>();  // this chunk has landed (this lane's 16 bytes)
-                st.issue();                        // refills the slot the previous chunk used
-                int c = part + j * parts;
-                const bool second = c >= chunks;
-                if (second) c -= chunks;
-                const int kk = c * PIPE_CHUNK + lane * 8;
-                if (k0 + kk < k1) {
-                    float wf[8], xf[8], a = second ? acc_u : acc;
-                    bf16x8_to_float(*reinterpret_cast<const uint4*>(st.ring + slot * PIPE_CHUNK + lane * 8), wf);
-                    bf16x8_to_float(*reinterpret_cast<const uint4*>(xs + kk), xf);
+        // One chunk: wait for it, refill the slot the previous chunk used, a += w . x over this lane's 8.
+        auto chunk = [&](int c, float& a) {
+            cp_async_wait<PIPE_STAGES - 2>();
+            st.issue();
+            const int kk = c * PIPE_CHUNK + lane * 8;
+            if (k0 + kk < k1) {
+                float wf[8], xf[8];
+                bf16x8_to_float(*reinterpret_cast<const uint4*>(st.ring + slot * PIPE_CHUNK + lane * 8), wf);
+                bf16x8_to_float(*reinterpret_cast<const uint4*>(xs + kk), xf);
 #pragma unroll
-                    for (int e = 0; e < 8; ++e) a = fmaf(wf[e], xf[e], a);
-                    if (second) acc_u = a;
-                    else acc = a;
-                }
-                slot = (slot + 1) % PIPE_STAGES;
+                for (int e = 0; e < 8; ++e) a = fmaf(wf[e], xf[e], a);
+            }
+            slot = (slot + 1) % PIPE_STAGES;
+        };
+        for (int r = 0, n = group; r < rows; ++r, n += groups) {
+            float acc = 0.0f, acc_u = 0.0f;  // the unit's first row; its second (PAIRS)
+            for (int j = 0; j < jsplit; ++j) chunk(part + j * parts, acc);
+            if (PAIRS) {
+                for (int j = jsplit; j < mine; ++j) chunk(part + j * parts - chunks, acc_u);
+                acc_u = warp_sum(acc_u);
             }
             acc = warp_sum(acc);
-            if (pairs) acc_u = warp_sum(acc_u);
             if (parts == 1) {
                 if (lane == 0) store_unit(y, mode, blockIdx.y, B, N, b, n, acc, acc_u, true);
                 continue;
@@ -566,8 +570,15 @@ extern "C" __global__ void __launch_bounds__(256, 4) gemv(void* y, const bf16* _
                                                           const int* __restrict__ positions, int B, int N, int K,
                                                           int k_chunk, int mode, float eps, int x_op, int parts) {
     const int k0 = blockIdx.y * k_chunk, k1 = min(K, k0 + k_chunk);
-    if (x_op == X_RMSNORM) gemv_body<X_RMSNORM>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, parts);
-    else gemv_body<X_PLAIN>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, parts);
+    if (mode == OUT_SILU && x_op == X_RMSNORM) {  // the decode step's gate_up
+        gemv_body<X_RMSNORM, true>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, parts);
+    } else if (mode == OUT_SILU) {
+        gemv_body<X_PLAIN, true>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, parts);
+    } else if (x_op == X_RMSNORM) {
+        gemv_body<X_RMSNORM, false>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, parts);
+    } else {
+        gemv_body<X_PLAIN, false>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, parts);
+    }
 }
 
 extern "C" __global__ void splitk_reduce(void* y, const float* __restrict__ partial,
