@@ -131,9 +131,10 @@ __device__ __forceinline__ void attention_block(
     // pages (kernels/pdl.cuh says why that is safe), overlapping the qkv projection's tail. Prefetching
     // every page of the split (512 tokens: 256 KB per block at hd 128, far more than the 60 MB L2 holds over
     // the resident blocks) evicted lines before their use: B=64 at context 4096 fell from 1.0 to 0.64 of HBM
-    // bandwidth (benchmarks/attention_bandwidth.py); from B = 8 on even 2 pages per warp cost 2-15%. This warp's pages are first, first + 4, ...: lane i
-    // fetches the block of the i-th one up front, so the table lookup is not a dependent load ahead of every
-    // page (partition <= 2048 keeps i < 32); entries past the context are fetched but never used.
+    // bandwidth (benchmarks/attention_bandwidth.py); from B = 8 on even 2 pages per warp cost 2-15%. This
+    // warp's pages are first, first + 4, ...: lane i fetches the block of the i-th one up front, so the table
+    // lookup is not a dependent load ahead of every page (partition <= 2048 keeps i < 32); entries past the
+    // context are fetched but never used.
     const int pos = positions[b];
     const int ctx = attn_ctx(pos, max_blocks, partition, max_splits);
     const int part = attn_part(ctx, partition, min_partition, max_splits);  // this row's tokens per split

@@ -43,8 +43,9 @@
 //   (splitk_reduce, given the same positions, skips the row too). Padding rows of a captured batch cost no reads.
 //
 // Arguments: y (see mode), x (see x_op) bf16, w [N, K] bf16, norm [K] bf16 (X_RMSNORM; else may be null),
-//   positions int32 [B] (may be null), B, N, K int32 (K % 8 == 0, pointers 16-byte aligned), k_chunk int32: K elements per split (a multiple of
-//   8; split s covers [s * k_chunk, min(K, (s + 1) * k_chunk))), mode int32, eps float (X_RMSNORM), x_op int32.
+//   positions int32 [B] (may be null), B, N, K int32 (K % 8 == 0, pointers 16-byte aligned), k_chunk int32:
+//   K elements per split (a multiple of 8; split s covers [s * k_chunk, min(K, (s + 1) * k_chunk))), mode int32,
+//   eps float (X_RMSNORM), x_op int32.
 //   splitk_reduce: partial [splits, B, N] fp32, positions, B, N, splits int32, mode 0/1/2/4.
 #include "common.cuh"
 #include "pdl.cuh"
