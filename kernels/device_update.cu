@@ -7,6 +7,10 @@
 // set_grid_from:   grid.x of `node` = max(1, ceil(*count / per_block))        grid = (1,), block = (1,)
 // set_scalar_from: bytes [offset, offset + 4) of `node`'s parameters = *value  grid = (1,), block = (1,)
 //   node u64 (device node handle); count [1] int32; per_block int32; value [1] float32; offset u64 (bytes).
+// apply_updates:   cudaGraphKernelNodeUpdatesApply(updates, count): a batch of node updates, each a
+//   cudaGraphKernelNodeUpdate (40 bytes: node u64, field u32 + 4 pad, then for a parameter update pValue u64,
+//   offset u64, size u64; rawgraphs/device_update.py builds them); updates and every pValue must be readable
+//   by the device (rawgraphs passes mapped pinned host memory).   grid = (1,), block = (1,)
 
 struct CUgraphDeviceUpdatableNode_st;
 typedef struct CUgraphDeviceUpdatableNode_st* cudaGraphDeviceNode_t;
@@ -25,4 +29,14 @@ extern "C" __global__ void set_grid_from(cudaGraphDeviceNode_t node, const int* 
 extern "C" __global__ void set_scalar_from(cudaGraphDeviceNode_t node, const float* __restrict__ value,
                                            unsigned long long offset) {
     cudaGraphKernelNodeSetParam(node, (size_t)offset, value, sizeof(float));
+}
+
+// cudaGraphKernelNodeUpdate is one of NVRTC's built-in types (driver_types.h); the builtin itself is declared here.
+static_assert(sizeof(cudaGraphKernelNodeUpdate) == 40, "rawgraphs/device_update.py packs 40-byte updates");
+extern "C" __device__ __cudart_builtin__ cudaError_t CUDARTAPI cudaGraphKernelNodeUpdatesApply(
+    const cudaGraphKernelNodeUpdate* updates, size_t updateCount);
+
+extern "C" __global__ void apply_updates(const cudaGraphKernelNodeUpdate* __restrict__ updates,
+                                         unsigned long long count) {
+    cudaGraphKernelNodeUpdatesApply(updates, (size_t)count);
 }

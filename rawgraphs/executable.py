@@ -107,6 +107,7 @@ class GraphExec:
         self.graph = graph  # pins the graph: its node handles name our nodes to the driver
         graph._execs.add(self)
         self._kernels: dict[int, _ExecKernel] = {}
+        self.host_updates = 0  # calls that pushed node parameters from the host (DeviceArgUpdater re-uploads)
         for node in graph.nodes:
             if node.kind == "kernel":
                 self._kernels[node.key] = self._exec_record(node, node)
@@ -144,6 +145,7 @@ class GraphExec:
 
     # ---- in-place updates ---------------------------------------------------------------------------------
     def _push(self, rec: _ExecKernel) -> None:
+        self.host_updates += 1
         err, = _set_params(self.handle, rec.node.handle, rec.params)
         if err:
             raise error_from(err, f"cuGraphExecKernelNodeSetParams({rec.node.name})")
@@ -167,6 +169,7 @@ class GraphExec:
             raise TypeError("set_args_many needs nodes whose kernels share one signature")
         packed = recs[0].args.pack(**named)
         h = self.handle
+        self.host_updates += 1
         for rec in recs:  # the hot loop: per node, one block write and one driver call
             rec.args.apply(packed)
             err, = _set_params(h, rec.node.handle, rec.params)
@@ -229,6 +232,7 @@ class GraphExec:
     def set_enabled(self, node: Node | str, enabled: bool) -> None:
         """Enable or disable a kernel, memset or memcpy node for later launches."""
         node = self.graph.node(node) if isinstance(node, str) else node
+        self.host_updates += 1
         check(driver.cuGraphNodeSetEnabled(self._live(), node.handle, int(bool(enabled))),
               f"cuGraphNodeSetEnabled({node.name})")
 

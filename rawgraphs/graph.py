@@ -37,6 +37,7 @@ class Node:
     args: KernelArgs | None = None
     ptr: int | None = None  # the address a mem_alloc node hands out
     pins: tuple = field(default=(), repr=False)  # objects the node points at, kept alive with the graph
+    device_handle: int = 0  # cudaGraphDeviceNode_t once made device-updatable (make_device_updatable)
     key: int = field(init=False, repr=False)  # int(handle), computed once: lookups are on the update path
 
     def __post_init__(self):
@@ -237,8 +238,9 @@ class Graph:
         return self._record(Node(h, "mem_free", self._name(name, "mem_free"), deps))
 
     def make_device_updatable(self, node: Node) -> int:
-        """Mark a kernel node device-updatable; returns its device handle for kernels/device_update.cu
-        (``cudaGraphKernelNodeSetGridDim`` / ``SetParam`` from a kernel in the running graph)."""
+        """Mark a kernel node device-updatable; returns its device handle (also ``node.device_handle``) for
+        kernels/device_update.cu (``cudaGraphKernelNodeSetGridDim`` / ``SetParam`` from a kernel in the running
+        graph) and :class:`rawgraphs.device_update.DeviceArgUpdater` (batches from outside it)."""
         if node.kind != "kernel":
             raise ValueError(f"{node.name!r} is a {node.kind} node; only kernel nodes are device-updatable")
         attr = driver.CUkernelNodeAttrID.CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE
@@ -246,7 +248,8 @@ class Graph:
         value.deviceUpdatableKernelNode.deviceUpdatable = 1
         check(driver.cuGraphKernelNodeSetAttribute(node.handle, attr, value), "cuGraphKernelNodeSetAttribute")
         got = check(driver.cuGraphKernelNodeGetAttribute(node.handle, attr), "cuGraphKernelNodeGetAttribute")
-        return int(got.deviceUpdatableKernelNode.devNode)
+        node.device_handle = int(got.deviceUpdatableKernelNode.devNode)
+        return node.device_handle
 
     # ---- lookup and inspection ----------------------------------------------------------------------------
     def node(self, name: str) -> Node:
