@@ -7,10 +7,11 @@
 // set_grid_from:   grid.x of `node` = max(1, ceil(*count / per_block))        grid = (1,), block = (1,)
 // set_scalar_from: bytes [offset, offset + 4) of `node`'s parameters = *value  grid = (1,), block = (1,)
 //   node u64 (device node handle); count [1] int32; per_block int32; value [1] float32; offset u64 (bytes).
-// apply_updates:   cudaGraphKernelNodeUpdatesApply(updates, count): a batch of node updates, each a
-//   cudaGraphKernelNodeUpdate (40 bytes: node u64, field u32 + 4 pad, then for a parameter update pValue u64,
-//   offset u64, size u64; rawgraphs/device_update.py builds them); updates and every pValue must be readable
-//   by the device (rawgraphs passes mapped pinned host memory).   grid = (1,), block = (1,)
+// apply_updates:   a batch of node updates, each a cudaGraphKernelNodeUpdate (40 bytes: node u64, field u32
+//   + 4 pad, then for a parameter update pValue u64, offset u64, size u64; rawgraphs/device_update.py builds
+//   them), split evenly over the threads, each applying its share with cudaGraphKernelNodeUpdatesApply; updates
+//   and every pValue must be readable by the device (rawgraphs passes mapped pinned host memory).
+//   grid = (any,), block = (any,): one thread applies the whole batch in order, count threads one update each.
 
 struct CUgraphDeviceUpdatableNode_st;
 typedef struct CUgraphDeviceUpdatableNode_st* cudaGraphDeviceNode_t;
@@ -38,5 +39,8 @@ extern "C" __device__ __cudart_builtin__ cudaError_t CUDARTAPI cudaGraphKernelNo
 
 extern "C" __global__ void apply_updates(const cudaGraphKernelNodeUpdate* __restrict__ updates,
                                          unsigned long long count) {
-    cudaGraphKernelNodeUpdatesApply(updates, (size_t)count);
+    const unsigned long long threads = (unsigned long long)gridDim.x * blockDim.x;
+    const unsigned long long per = (count + threads - 1) / threads;
+    const unsigned long long i0 = ((unsigned long long)blockIdx.x * blockDim.x + threadIdx.x) * per;
+    if (i0 < count) cudaGraphKernelNodeUpdatesApply(updates + i0, (size_t)min(per, count - i0));
 }

@@ -6,7 +6,9 @@ executable graph by one kernel on a stream (``cudaGraphKernelNodeUpdatesApply``)
 (benchmarks/graph_overheads.py), so its per-node cost cannot go below that from the host. Here the host packs
 the values once, writes one 40-byte ``cudaGraphKernelNodeUpdate`` per node and field into mapped pinned memory
 (NumPy, vectorized over the nodes) and launches ``apply_updates`` (kernels/device_update.cu), which applies the
-whole batch on the device. The update is stream-ordered like any kernel: a graph launched after it on the same
+whole batch on the device, one thread per update (H200, 350 nodes: 0.53 us of host time and 0.55 us of GPU time
+per node; 2.5 us of GPU time per node when one thread applied the whole batch). The update is stream-ordered like
+any kernel: a graph launched after it on the same
 stream sees the new values, one launched before it does not. The executable's own argument blocks are rewritten
 too, so what it reports, and what a later host-side update pushes, agree with what the device holds.
 
@@ -42,8 +44,14 @@ UPDATE_DTYPE = np.dtype([("node", "<u8"), ("field", "<u4"), ("pad", "<u4"), ("va
                          ("size", "<u8")])
 _FIELD_PARAM = 2  # cudaGraphKernelNodeFieldParam
 _SLOTS = 2  # staging buffers: the host fills one while the device may still read the other
-_ONE = LaunchShape(1, 1)
+_APPLY_THREADS = 128  # apply_updates' block; one thread per update
 _module: Module | None = None
+
+
+def _apply_shape(count: int) -> LaunchShape:
+    """apply_updates' launch for ``count`` updates: one thread each (the kernel splits the batch evenly over
+    whatever threads it gets)."""
+    return LaunchShape(-(-count // _APPLY_THREADS), _APPLY_THREADS)
 
 
 def _apply_kernel():
@@ -125,7 +133,7 @@ class DeviceArgUpdater:
         for rec in self._recs:  # the executable's blocks hold the new values (and pin what they point at)
             rec.args.apply(packed)
         slot.args.set(count=n * f)
-        self._kernel.launch(_ONE, slot.args, stream)
+        self._kernel.launch(_apply_shape(n * f), slot.args, stream)
         slot.done.record(stream)
         slot.pending = True
         return n
