@@ -77,15 +77,13 @@ def time_case(mods, stream, kvh: int, batch: int, ctx: int, active: int, reps: i
     counters = DeviceBuffer(plan.counters_shape, np.int32)  # fused combine; every launch leaves it zero
     counters.zero()
     device().synchronize()
-    attn_args, fused_args = ([attn.args(out=out, part_o=part_o, part_ml=part_ml, counters=c, qkv=qkv, k_cache=k_cache,
-                                        v_cache=v_cache, block_tables=t, positions=positions, max_blocks=max_blocks,
-                                        n_heads=H, n_kv_heads=kvh, partition=plan.partition,
-                                        min_partition=plan.min_partition, max_splits=plan.max_splits,
-                                        prefetch=plan.prefetch, scale=plan.scale, rope_cos=cos, rope_sin=sin)
+    attn_args, fused_args = ([attn.args(**plan.args(out=out, part_o=part_o, part_ml=part_ml, counters=c, qkv=qkv,
+                                                    k_cache=k_cache, v_cache=v_cache, block_tables=t,
+                                                    positions=positions, max_blocks=max_blocks, n_kv_heads=kvh,
+                                                    rope_cos=cos, rope_sin=sin))
                               for t in tables] for c in (0, counters))
-    comb_args = comb.args(out=out, part_o=part_o, part_ml=part_ml, positions=positions, max_blocks=max_blocks,
-                          n_heads=H, head_dim=HD, partition=plan.partition, min_partition=plan.min_partition,
-                          max_splits=plan.max_splits)
+    comb_args = comb.args(**plan.combine_args(out=out, part_o=part_o, part_ml=part_ml, positions=positions,
+                                              max_blocks=max_blocks))
     start, mid, end, fstart, fend = (Event.create() for _ in range(5))
     times, attn_times, fused_times = [], [], []
     for i in range(reps + 5):

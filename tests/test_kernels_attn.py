@@ -36,6 +36,19 @@ def test_signatures():
                                  "min_partition", "max_splits", "prefetch", "scale", "rope_cos", "rope_sin")
 
 
+def test_plan_args_fill_the_signatures():
+    sigs = parse_signatures((kernel_dir() / "attention.cu").read_text())
+    p = attention_plan(16, 4, 64, batch=3, max_seq_len=1000)
+    a = p.args(out=1, part_o=2, part_ml=3, qkv=4, k_cache=5, v_cache=6, block_tables=7, positions=8,
+               max_blocks=63, n_kv_heads=4, rope_cos=9, rope_sin=10)
+    assert tuple(a) == sigs[p.kernel].names and a["counters"] == 0  # no counters: the combine is separate
+    assert (a["n_heads"], a["partition"], a["min_partition"], a["max_splits"], a["prefetch"]) == (
+        16, p.partition, p.min_partition, p.max_splits, 0) and a["scale"] == pytest.approx(0.125)
+    c = p.combine_args(out=1, part_o=2, part_ml=3, positions=8, max_blocks=63)
+    assert tuple(c) == sigs["attention_combine"].names
+    assert (c["n_heads"], c["head_dim"], c["max_splits"]) == (16, 64, p.max_splits)
+
+
 def test_plan_shapes():
     p = attention_plan(16, 16, 128, batch=1, max_seq_len=4096)
     assert p.kernel == "attention_hd128_g1" and p.heads_per_block == 1
@@ -133,19 +146,15 @@ def run_attention(mod, stream, qkv, k_cache, v_cache, tables, positions, plan, t
     bufs = {n: DeviceBuffer.from_numpy(np.ascontiguousarray(a)) for n, a in host.items()}
     cos, sin = (DeviceBuffer.from_numpy(t) for t in ref.rope_tables(hd, theta, tables.shape[1] * PAGE))
     k = mod.kernel(plan.kernel)
-    k.launch(plan.attention, k.args(out=out, part_o=part_o, part_ml=part_ml,
-                                    counters=0 if counters is None else counters, **bufs,
-                                    max_blocks=tables.shape[1], n_heads=n_heads, n_kv_heads=kvh,
-                                    partition=plan.partition, min_partition=plan.min_partition,
-                                    max_splits=plan.max_splits,
-                                    prefetch=plan.prefetch, scale=plan.scale, rope_cos=cos, rope_sin=sin), stream)
+    k.launch(plan.attention, k.args(**plan.args(out=out, part_o=part_o, part_ml=part_ml,
+                                                counters=0 if counters is None else counters, **bufs,
+                                                max_blocks=tables.shape[1], n_kv_heads=kvh, rope_cos=cos,
+                                                rope_sin=sin)), stream)
     if plan.combine and counters is None:
         c = mod.kernel("attention_combine")
-        c.launch(plan.combine_shape, c.args(out=out, part_o=part_o, part_ml=part_ml,
-                                            positions=bufs["positions"], max_blocks=tables.shape[1],
-                                            n_heads=n_heads, head_dim=hd, partition=plan.partition,
-                                            min_partition=plan.min_partition,
-                                            max_splits=plan.max_splits), stream)
+        c.launch(plan.combine_shape, c.args(**plan.combine_args(out=out, part_o=part_o, part_ml=part_ml,
+                                                                positions=bufs["positions"],
+                                                                max_blocks=tables.shape[1])), stream)
     stream.synchronize()
     return out.to_numpy(), bufs["k_cache"].to_numpy(), bufs["v_cache"].to_numpy()
 

@@ -7,7 +7,7 @@ new K/V to the paged cache (``kernels/attention.cu``)::
     attention_hd<hd>_g<G>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
                           max_blocks, n_heads, n_kv_heads, plan.partition, plan.min_partition,
                           plan.max_splits, plan.prefetch, plan.scale, rope_cos, rope_sin)
-                                                                          # plan.attention, name plan.kernel
+                                               # plan.attention, name plan.kernel, arguments plan.args(...)
 
 ``rope_cos`` / ``rope_sin`` are fp32 ``[max_blocks * 16, hd/2]`` tables (``reference.rope_tables``).
 
@@ -16,7 +16,8 @@ merges the splits itself (fused combine: one launch). With ``counters`` null and
 launch merges them::
 
         attention_combine(out, part_o, part_ml, positions, max_blocks, n_heads, head_dim,
-                          plan.partition, plan.min_partition, plan.max_splits)  # plan.combine_shape
+                          plan.partition, plan.min_partition, plan.max_splits)
+                                                           # plan.combine_shape, plan.combine_args(...)
 
 ``part_o`` / ``part_ml`` are fp32 workspaces of ``plan.part_o_shape`` / ``plan.part_ml_shape``; size them
 with :func:`workspace_elements` over every batch size that will be launched (a smaller batch may use more
@@ -84,6 +85,25 @@ class AttentionPlan:
     @property
     def combine(self) -> bool:
         return self.max_splits > 1
+
+    def args(self, *, out, part_o, part_ml, qkv, k_cache, v_cache, block_tables, positions, max_blocks: int,
+             n_kv_heads: int, rope_cos, rope_sin, counters=0) -> dict:
+        """attention_hd<hd>_g<G>'s arguments, every one filled in (pointers as buffers or ints).
+
+        ``counters`` (int32 ``counters_shape``, zeroed once) fuses the combine; 0 leaves it to
+        attention_combine (:meth:`combine_args`), which must then follow when :attr:`combine`.
+        """
+        return dict(out=out, part_o=part_o, part_ml=part_ml, counters=counters, qkv=qkv, k_cache=k_cache,
+                    v_cache=v_cache, block_tables=block_tables, positions=positions, max_blocks=max_blocks,
+                    n_heads=self.part_o_shape[1], n_kv_heads=n_kv_heads, partition=self.partition,
+                    min_partition=self.min_partition, max_splits=self.max_splits, prefetch=self.prefetch,
+                    scale=self.scale, rope_cos=rope_cos, rope_sin=rope_sin)
+
+    def combine_args(self, *, out, part_o, part_ml, positions, max_blocks: int) -> dict:
+        """attention_combine's arguments (launch shape :attr:`combine_shape`), for the same buffers."""
+        return dict(out=out, part_o=part_o, part_ml=part_ml, positions=positions, max_blocks=max_blocks,
+                    n_heads=self.part_o_shape[1], head_dim=self.part_o_shape[3], partition=self.partition,
+                    min_partition=self.min_partition, max_splits=self.max_splits)
 
     @property
     def workspace_bytes(self) -> int:

@@ -277,12 +277,11 @@ class DecodeModel:
             p = f"L{i}."
             linear(p + "qkv", self.qkv, self.x, L.w_qkv, (H + 2 * KVH) * hd, D,                # rmsnorm(x) @ Wqkv^T
                    x_op="rmsnorm", norm=L.attn_norm)
-            launch(p + "attention", ap.kernel, ap.attention, out=self.attn, part_o=self.part_o,  # RoPE, KV append
-                   part_ml=self.part_ml, counters=self.attn_counters, qkv=self.qkv, k_cache=L.k_cache,  # and
-                   v_cache=L.v_cache, block_tables=self.block_tables, positions=self.positions,  # combine fused
-                   max_blocks=self.max_blocks, n_heads=H, n_kv_heads=KVH, partition=ap.partition,
-                   min_partition=ap.min_partition, max_splits=ap.max_splits, prefetch=ap.prefetch, scale=ap.scale,
-                   rope_cos=self.rope_cos, rope_sin=self.rope_sin)
+            launch(p + "attention", ap.kernel, ap.attention, **ap.args(                   # RoPE, KV append
+                out=self.attn, part_o=self.part_o, part_ml=self.part_ml, counters=self.attn_counters,  # and
+                qkv=self.qkv, k_cache=L.k_cache, v_cache=L.v_cache, block_tables=self.block_tables,  # combine
+                positions=self.positions, max_blocks=self.max_blocks, n_kv_heads=KVH,                # fused
+                rope_cos=self.rope_cos, rope_sin=self.rope_sin))
             row_parallel(p + "o_proj", self.attn, L.w_o, H * hd)                         # x += attn @ Wo^T
             linear(p + "gate_up", self.gu, self.x, L.w_gate_up, 2 * F, D, "silu",      # silu_mul(rmsnorm(x)
                    x_op="rmsnorm", norm=L.mlp_norm)                                      #          @ Wgu^T)
