@@ -82,18 +82,15 @@ class DeviceArgUpdater:
 
     def __init__(self, exe, nodes, stream: Stream):
         self._exe = exe
-        self._recs = exe._recs_of(nodes)
+        self._recs = exe._recs_of_one_signature(nodes, "DeviceArgUpdater")
         if not self._recs:
             raise ValueError("DeviceArgUpdater needs at least one kernel node")
-        sig = self._recs[0].args.signature
         for rec in self._recs:
-            if rec.args.signature is not sig and rec.args.signature.params != sig.params:
-                raise TypeError("DeviceArgUpdater needs nodes whose kernels share one signature")
             if not rec.node.device_handle:
                 raise ValueError(f"{rec.node.name!r} is not device-updatable: call Graph.make_device_updatable"
                                  "(node) on it before instantiating")
         self._handles = np.array([rec.node.device_handle for rec in self._recs], np.uint64)
-        fields = len(sig.params)
+        fields = len(self._recs[0].args.signature.params)
         kernel = _apply_kernel()
         self._kernel = kernel
         self._slots = [_Slot(len(self._recs) * fields, 8 * fields, kernel) for _ in range(_SLOTS)]

@@ -161,12 +161,9 @@ class GraphExec:
         """Give the same named values to many kernel nodes (all of one kernel signature): values are checked
         and packed once, then written into each node's block. Returns the number of nodes updated."""
         self._live()
-        recs = self._recs_of(nodes)
+        recs = self._recs_of_one_signature(nodes, "set_args_many")
         if not recs:
             return 0
-        sig = recs[0].args.signature
-        if any(r.args.signature is not sig and r.args.signature.params != sig.params for r in recs):
-            raise TypeError("set_args_many needs nodes whose kernels share one signature")
         packed = recs[0].args.pack(**named)
         h = self.handle
         self.host_updates += 1
@@ -187,6 +184,14 @@ class GraphExec:
             if rec is None or rec.node is not node:
                 raise ValueError(f"{node.name!r} is not a kernel node of this executable graph")
             recs.append(rec)
+        return recs
+
+    def _recs_of_one_signature(self, nodes, caller: str) -> list[_ExecKernel]:
+        """:meth:`_recs_of`, checked to share one kernel signature (one packing serves them all)."""
+        recs = self._recs_of(nodes)
+        sig = recs[0].args.signature if recs else None
+        if any(r.args.signature is not sig and r.args.signature.params != sig.params for r in recs):
+            raise TypeError(f"{caller} needs nodes whose kernels share one signature")
         return recs
 
     def set_args_where(self, kernel, /, **named) -> int:
