@@ -131,6 +131,9 @@ def test_batched_update_of_every_node_of_a_kernel(k, bufs, stream):
     np.testing.assert_array_equal(bufs["d"].to_numpy(), np.float32(0.5) * c)
     with pytest.raises(TypeError, match="no argument"):
         exe.set_args_where("axpb", scale=1.0)
+    with pytest.raises(TypeError, match="share one signature"):  # axpb and add: no one packing fits both
+        exe.set_args_many(["a", "c"], n=N)
+    assert exe.args_of("a")["b"] == 0.0 and exe.args_of("c")["n"] == N  # nothing half-applied
 
 
 def test_set_launch_and_disable(k, bufs, stream):
