@@ -71,8 +71,7 @@ class _Slot:
         dev = self.host.device_ptr
         self.values_dev = dev + updates * UPDATE_DTYPE.itemsize
         self.args = kernel.args(updates=dev, count=0)
-        self.done = Event.create(timing=False)
-        self.pending = False
+        self.done = Event.create(timing=False)  # synchronize() returns at once until first recorded
 
 
 class DeviceArgUpdater:
@@ -115,8 +114,7 @@ class DeviceArgUpdater:
             self._upload(stream)
         slot = self._slots[self._next]
         self._next = (self._next + 1) % _SLOTS
-        if slot.pending:
-            slot.done.synchronize()  # the device has read this buffer's previous batch
+        slot.done.synchronize()  # the device has read this buffer's previous batch
         n, f = len(self._recs), len(packed)
         upd = slot.updates[:n * f].reshape(n, f)
         for j, (_, start, end, data, _, _) in enumerate(packed):
@@ -132,14 +130,12 @@ class DeviceArgUpdater:
         slot.args.set(count=n * f)
         self._kernel.launch(_apply_shape(n * f), slot.args, stream)
         slot.done.record(stream)
-        slot.pending = True
         return n
 
     def close(self) -> None:
         """Wait for the batches in flight and free the staging memory (idempotent)."""
         for slot in self._slots or ():
-            if slot.pending:
-                slot.done.synchronize()
+            slot.done.synchronize()
             slot.done.close()
             slot.host.close()
         self._slots = None
