@@ -105,6 +105,16 @@ __device__ __forceinline__ void store_unit(void* y, int mode, int split, int B, 
     else store_row(y, mode, split, B, N, b, n, g, active);
 }
 
+// How a tile of `tile` weight rows maps to outputs. OUT_SILU: its first tile / 2 rows are gate rows and the rest
+// their up rows, `half` = N / 2 rows further on; `rows` = N / 2 outputs per batch row, `outs` = tile / 2 per tile.
+struct TileRows {
+    int half, rows, outs;
+};
+__device__ __forceinline__ TileRows tile_rows(int mode, int N, int tile) {
+    const int half = mode == OUT_SILU ? N / 2 : 0;
+    return {half, half ? half : N, half ? tile / 2 : tile};
+}
+
 // Eight input elements [k, k + 8) of batch row b, transformed by x_op (inv: the row's inverse RMS, X_RMSNORM).
 __device__ __forceinline__ uint4 load_x8(const bf16* __restrict__ x, const bf16* __restrict__ norm, int x_op,
                                          float inv, int b, int K, int k) {
@@ -214,8 +224,9 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
     bf16* ws = smem + 2 * TILE;                  // [2][64][TC_LD]: W tile, weight rows x k
     float* cs = reinterpret_cast<float*>(smem);  // [64][TC_LDC], after the main loop
 
-    const int half = mode == OUT_SILU ? N / 2 : 0, rows = half ? half : N;  // OUT_SILU: 32 gate/up row pairs
-    const int m0 = blockIdx.x * TC_M, n0 = blockIdx.y * (half ? TC_N / 2 : TC_N);
+    const TileRows tr = tile_rows(mode, N, TC_N);  // OUT_SILU: 32 gate/up row pairs
+    const int half = tr.half, rows = tr.rows, outs = tr.outs;
+    const int m0 = blockIdx.x * TC_M, n0 = blockIdx.y * outs;
     const int k0 = blockIdx.z * k_chunk, k1 = min(K, k0 + k_chunk);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;  // this warp's 32 x 32 output tile
@@ -291,7 +302,7 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
             c[8 * TC_LDC + 1] = acc[i][j][3];
         }
     __syncthreads();
-    const int outs = half ? TC_N / 2 : TC_N;  // outputs per tile row; OUT_SILU: g in column n, u in n + 32
+    // outputs per tile row: outs; OUT_SILU: g in column n, u in n + 32
     for (int e = threadIdx.x; e < TC_M * outs; e += blockDim.x) {
         const int m = e / outs, n = e % outs;
         if (m0 + m < B && n0 + n < rows)
@@ -321,8 +332,9 @@ __device__ __forceinline__ void gemv_mma_pass(void* y, const bf16* __restrict__ 
     float sc[NT];  // the scale of this lane's batch rows g + 8i, in registers for the stream loop
 #pragma unroll
     for (int i = 0; i < NT; ++i) sc[i] = scale_s[g + 8 * i];
-    const int half = mode == OUT_SILU ? N / 2 : 0, rows = half ? half : N;
-    const int n0 = blockIdx.x * (half ? 8 : 16);
+    const TileRows tr = tile_rows(mode, N, 16);  // OUT_SILU: 8 gate/up row pairs
+    const int half = tr.half, rows = tr.rows, outs = tr.outs;
+    const int n0 = blockIdx.x * outs;
     const int nlo = min(n0 + g, rows - 1);  // rows past the end: loaded, never stored
     const bf16* wlo = w + (size_t)nlo * K;
     const bf16* whi = w + (size_t)(half ? nlo + half : min(n0 + g + 8, N - 1)) * K;
@@ -366,7 +378,7 @@ __device__ __forceinline__ void gemv_mma_pass(void* y, const bf16* __restrict__ 
         red[warp][g + 8][8 * i + t2 + 1] = d[i][3];
     }
     __syncthreads();
-    const int outs = half ? 8 : 16;  // outputs per block; OUT_SILU: g in red row r, u in r + 8
+    // outputs per block: outs; OUT_SILU: g in red row r, u in r + 8
     for (int e = threadIdx.x; e < outs * 8 * NT; e += blockDim.x) {
         const int r = e / (8 * NT), c = e % (8 * NT);
         float s = 0.0f, u = 0.0f;
