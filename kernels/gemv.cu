@@ -561,14 +561,14 @@ __device__ __forceinline__ void gemv_body(void* y, const bf16* __restrict__ x, c
             float* rb = red + (r & 1) * 2 * nwarps;
             if (lane == 0) {
                 rb[warp] = acc;
-                rb[nwarps + warp] = acc_u;
+                if (PAIRS) rb[nwarps + warp] = acc_u;
             }
             named_barrier(1 + warp / parts, 32 * parts);
             if (part == 0 && lane == 0) {
                 float v = 0.0f, u = 0.0f;
                 for (int p = 0; p < parts; ++p) {
                     v += rb[warp + p];
-                    u += rb[nwarps + warp + p];
+                    if (PAIRS) u += rb[nwarps + warp + p];
                 }
                 store_unit(y, mode, blockIdx.y, B, N, b, n, v, u, true);
             }
