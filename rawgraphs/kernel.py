@@ -16,6 +16,7 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from cuda.bindings import driver
 
 from .capture_state import release
@@ -23,7 +24,7 @@ from .capture_state import state as capture_state
 from .compiler import Program, compile_file, compile_source
 from .context import Stream, device
 from .errors import ClosedError, check
-from .memory import _Array, as_view
+from .memory import DeviceView, _Array, as_view
 
 __all__ = ["Param", "Signature", "LaunchShape", "KernelArgs", "Kernel", "Module", "parse_signatures"]
 
@@ -412,6 +413,20 @@ class Module:
                 raise TypeError(f"kernel {name}: stated signature ({expect}) does not match the source "
                                 f"{k.signature}")
         return k
+
+    def symbol(self, name: str, dtype=np.uint8) -> DeviceView:
+        """The module's ``__device__`` variable ``name`` as a view of its memory (``cuModuleGetGlobal``), e.g.
+        ``mod.symbol("rg_trace", np.uint64).copy_from(np.array([buf.ptr], np.uint64))``. Its length is the
+        variable's size in ``dtype`` elements; the view keeps the module loaded."""
+        if self.closed:
+            raise ClosedError(f"module {self.program.name} was closed")
+        dtype = np.dtype(dtype)
+        ptr, size = check(driver.cuModuleGetGlobal(self.handle, name.encode()),
+                          f"cuModuleGetGlobal({self.program.name}, {name!r}): is it a __device__ variable of the "
+                          "source, compiled in?")
+        if size % dtype.itemsize:
+            raise ValueError(f"{name} is {size} bytes, not a whole number of {dtype} elements")
+        return DeviceView(int(ptr), size // dtype.itemsize, dtype, owner=self)
 
     def close(self) -> None:
         """Unload the module (idempotent); its kernels then refuse to launch."""

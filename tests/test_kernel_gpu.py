@@ -110,6 +110,37 @@ def test_use_after_close_is_refused(dev, stream):
         s.synchronize()
 
 
+SYMBOL_SRC = """
+__device__ float gain[4];
+extern "C" __global__ void scaled(float* out, const float* x, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = gain[i % 4] * x[i];
+}
+"""
+
+
+def test_device_variable_is_read_and_written_through_its_symbol(stream, rng):
+    mod = Module.from_source(SYMBOL_SRC, "symbol.cu")
+    gain = mod.symbol("gain", np.float32)
+    assert gain.shape == (4,) and gain.nbytes == 16
+    g = rng.standard_normal(4).astype(np.float32)
+    gain.copy_from(g)
+    np.testing.assert_array_equal(gain.to_numpy(), g)
+    x = rng.standard_normal(1000).astype(np.float32)
+    xb, out = DeviceBuffer.from_numpy(x), DeviceBuffer(1000, np.float32)
+    k = mod.kernel("scaled")
+    k.launch(grid_for(1000), k.args(out=out, x=xb, n=1000), stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(out.to_numpy(), np.tile(g, 250) * x)
+    with pytest.raises(CudaError, match="NOT_FOUND"):
+        mod.symbol("no_such_variable")
+    with pytest.raises(ValueError, match="16 bytes"):
+        mod.symbol("gain", np.dtype("V3"))
+    mod.close()
+    with pytest.raises(ClosedError):
+        mod.symbol("gain")
+
+
 def test_unknown_kernel_names_the_ones_that_exist(basic):
     with pytest.raises(KeyError, match="axpb"):
         basic.kernel("axbp")
