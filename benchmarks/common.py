@@ -51,11 +51,12 @@ def blocks_for(tokens: int) -> int:
     return -(-tokens // BLOCK)
 
 
-def build_model(preset: str, max_batch: int, kv_tokens: int, seed: int = 0) -> DecodeModel:
-    """A DecodeModel of ``preset`` with seeded random weights and a KV pool of ``max_batch`` x ``kv_tokens``."""
+def build_model(preset: str, max_batch: int, kv_tokens: int, seed: int = 0, **model_kw) -> DecodeModel:
+    """A DecodeModel of ``preset`` with seeded random weights and a KV pool of ``max_batch`` x ``kv_tokens``
+    (``model_kw``: more DecodeModel arguments)."""
     cfg = ModelConfig.preset(preset)
     weights = Weights.random(cfg, seed)
-    model = DecodeModel(cfg, weights, max_batch=max_batch, kv_tokens=kv_tokens)
+    model = DecodeModel(cfg, weights, max_batch=max_batch, kv_tokens=kv_tokens, **model_kw)
     del weights
     gc.collect()
     return model

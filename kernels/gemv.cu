@@ -592,6 +592,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) gemv(void* y, const bf16* _
     } else {
         gemv_body<X_PLAIN, false>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, parts);
     }
+#ifdef RG_TRACE
+    rg_trace_exit();
+#endif
 }
 
 extern "C" __global__ void splitk_reduce(void* y, const float* __restrict__ partial,

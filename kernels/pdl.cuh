@@ -21,9 +21,54 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
+#ifdef RG_TRACE
+// Block trace, compiled in only with -DRG_TRACE (DecodeModel(compile_options=("-DRG_TRACE",)); read by
+// rawgraphs.model.trace). rg_trace is a u64 buffer [2 + 4 * capacity]: [0] counts the records claimed, [1]
+// holds the capacity, then records {%gridid, %smid << 32 | linear block index, t0, t1} (%globaltimer, ns):
+// pdl_begin writes {arrival at pdl_begin, release from the wait}, rg_trace_exit {exit, 0}. Thread 0 of the
+// block writes. Null (each module's default): nothing is written.
+__device__ unsigned long long* rg_trace;
+
+__device__ __forceinline__ unsigned long long rg_globaltimer() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+__device__ __forceinline__ void rg_trace_put(unsigned long long* tr, unsigned long long t0, unsigned long long t1) {
+    const unsigned long long i = atomicAdd(tr, 1ull);
+    if (i >= tr[1]) return;
+    unsigned long long grid;
+    unsigned sm;
+    asm volatile("mov.u64 %0, %%gridid;" : "=l"(grid));
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    unsigned long long* r = tr + 2 + 4 * i;
+    r[0] = grid;
+    r[1] = (unsigned long long)sm << 32 | (blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
+    r[2] = t0;
+    r[3] = t1;
+}
+
+// The exit record, once every thread of the block got here (one block barrier): only for kernels whose every
+// thread reaches their end (gemv).
+__device__ __forceinline__ void rg_trace_exit() {
+    unsigned long long* tr = rg_trace;
+    if (tr == nullptr) return;
+    __syncthreads();
+    if (threadIdx.x + threadIdx.y + threadIdx.z == 0) rg_trace_put(tr, rg_globaltimer(), 0);
+}
+#endif
+
 __device__ __forceinline__ void pdl_begin() {
+#ifdef RG_TRACE
+    const unsigned long long arrived = rg_globaltimer();
+#endif
     pdl_launch_dependents();
     pdl_wait();
+#ifdef RG_TRACE
+    if (rg_trace != nullptr && threadIdx.x + threadIdx.y + threadIdx.z == 0)
+        rg_trace_put(rg_trace, arrived, rg_globaltimer());
+#endif
 }
 
 // Between pdl_launch_dependents() and pdl_wait() a kernel may read only what no kernel of the step writes:

@@ -142,19 +142,22 @@ class DecodeModel:
         enough to print the step's launch plan on a machine without a GPU.
     pdl : launch every kernel with programmatic dependent launch (overlaps each kernel's start with the
         previous one's tail; kernels/pdl.cuh). Results are identical either way.
+    compile_options : extra NVRTC options for the kernel files, e.g. ``("-DRG_TRACE",)`` for the block trace of
+        :mod:`rawgraphs.model.trace`.
     comm : a :class:`rawgraphs.comm.Communicator` when ``cfg``/``weights`` are one rank's tensor-parallel shard
         (``tensor_parallel.local_config`` / ``rank_weights``): the row-parallel projections all-reduce.
     """
 
     def __init__(self, cfg: ModelConfig, weights: Weights | None, max_batch: int = 1,
                  num_blocks: int | None = None, kv_tokens: int | None = None, plan_only: bool = False,
-                 pdl: bool = True, comm=None):
+                 pdl: bool = True, comm=None, compile_options: tuple[str, ...] = ()):
         self.cfg, self.max_batch, self.pdl, self.comm = cfg, max_batch, pdl, comm
         self.max_blocks = math.ceil(cfg.max_seq_len / BLOCK_SIZE)  # block-table row length
         kv_tokens = kv_tokens or min(cfg.max_seq_len, 1024)
         self.num_blocks = num_blocks or max_batch * math.ceil(kv_tokens / BLOCK_SIZE)
         new = _plan_view if plan_only else DeviceBuffer
-        self.kernels = _plan_kernels() if plan_only else self._load_kernels()
+        self.modules = [] if plan_only else [Module.from_file(f, options=compile_options) for f in _KERNEL_FILES]
+        self.kernels = _plan_kernels() if plan_only else {n: m.kernel(n) for m in self.modules for n in m.signatures}
         self.embed = new((cfg.vocab, cfg.dim), BF16)  # [V, D]
         tied = cfg.tie_word_embeddings
         self.lm_head = self.embed if tied else new((cfg.vocab, cfg.dim), BF16)  # [V, D]
@@ -189,14 +192,6 @@ class DecodeModel:
         self.rope_sin.copy_from(sin)
         for layer, lw in zip(self.layers, w.layers, strict=True):
             layer.load(lw)
-
-    @staticmethod
-    def _load_kernels() -> dict[str, Kernel]:
-        ks = {}
-        for f in _KERNEL_FILES:
-            mod = Module.from_file(f)
-            ks.update({name: mod.kernel(name) for name in mod.signatures})
-        return ks
 
     def _alloc_activations(self, new) -> None:
         c, B = self.cfg, self.max_batch

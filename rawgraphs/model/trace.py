@@ -1,0 +1,101 @@
+"""Per-block timestamps of the decode step: when each block of each launch reached its PDL wait, when the wait
+let it go, and (``gemv``) when it finished. It shows what a launch boundary is made of on the GPU itself::
+
+    model = DecodeModel(cfg, weights, compile_options=("-DRG_TRACE",))   # kernels/pdl.cuh's trace compiled in
+    trace = BlockTrace(model.modules)
+    trace.reset()
+    model.run_eager(B, stream)            # or a graph replay
+    stream.synchronize()
+    spans = launch_spans(trace.records(), [ln.name for ln in model.step_launches(B)])
+
+Times are ``%globaltimer`` nanoseconds (one clock for every SM). The trace costs an atomic and four stores per
+block (plus a block barrier in ``gemv``), so compare a traced step with an untraced one before reading small
+gaps.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ..errors import CudaError
+from ..memory import DeviceBuffer, DeviceView
+
+__all__ = ["BlockTrace", "LaunchSpan", "launch_spans"]
+
+RECORD = np.dtype([("grid", "<u8"), ("where", "<u8"), ("t0", "<u8"), ("t1", "<u8")])  # pdl.cuh's record
+
+
+class BlockTrace:
+    """The trace buffer of ``modules`` (compiled with ``-DRG_TRACE``): up to ``capacity`` block records."""
+
+    def __init__(self, modules, capacity: int = 1 << 18):
+        self.capacity = capacity
+        self.buf = DeviceBuffer(2 + 4 * capacity, np.uint64)
+        self._symbols = []
+        for mod in modules:
+            try:
+                self._symbols.append(mod.symbol("rg_trace", np.uint64))
+            except CudaError as e:
+                raise ValueError(f"module {mod.program.name} has no rg_trace: build the model with "
+                                 "compile_options=('-DRG_TRACE',)") from e
+        self.reset()
+        self._point(self.buf.ptr)
+
+    def _point(self, ptr: int) -> None:
+        for sym in self._symbols:
+            sym.copy_from(np.array([ptr], np.uint64))
+
+    def reset(self) -> None:
+        """Forget the records (synchronous: call it between steps, not during capture)."""
+        DeviceView(self.buf.ptr, 2, np.uint64, owner=self.buf).copy_from(np.array([0, self.capacity], np.uint64))
+
+    def records(self) -> np.ndarray:
+        """The records written since :meth:`reset` (synchronous read), as a :data:`RECORD` array."""
+        count = int(DeviceView(self.buf.ptr, 1, np.uint64, owner=self.buf).to_numpy()[0])
+        if count > self.capacity:
+            raise RuntimeError(f"trace overflow: {count} records for a capacity of {self.capacity}; "
+                               "reset between steps or pass a larger capacity")
+        raw = DeviceView(self.buf.ptr + 16, 4 * count, np.uint64, owner=self.buf).to_numpy()
+        return raw.view(RECORD)
+
+    def close(self) -> None:
+        """Point the modules back at nothing (they stop recording) and free the buffer."""
+        if not self.buf.closed:
+            self._point(0)
+            self.buf.close()
+
+
+class LaunchSpan(NamedTuple):
+    """One launch's blocks, in ns from the first arrival of the traced step; exits NaN where none was traced."""
+
+    name: str
+    blocks: int
+    arrive: tuple[float, float]   # first, last block at pdl_begin
+    release: tuple[float, float]  # first, last block past the wait
+    exit: tuple[float, float]     # first, last block done (gemv only)
+
+
+def launch_spans(records: np.ndarray, names) -> list[LaunchSpan]:
+    """Group ``records`` by launch (``%gridid`` grows with every launch, so its order is the step's) and name
+    them ``names`` in order; a different launch count is an error (a launch without pdl_begin, or two steps)."""
+    names = list(names)
+    grids = np.unique(records["grid"])
+    if len(grids) != len(names):
+        raise ValueError(f"the trace holds {len(grids)} launches, the step has {len(names)}")
+    t_ref = int(records["t0"][records["t1"] != 0].min())
+    spans = []
+    for name, grid in zip(names, grids, strict=True):
+        r = records[records["grid"] == grid]
+        entry, leave = r[r["t1"] != 0], r[r["t1"] == 0]
+        spans.append(LaunchSpan(name, len(entry), _first_last(entry["t0"], t_ref), _first_last(entry["t1"], t_ref),
+                                _first_last(leave["t0"], t_ref)))
+    return spans
+
+
+def _first_last(t: np.ndarray, t_ref: int) -> tuple[float, float]:
+    if not len(t):
+        return float("nan"), float("nan")
+    t = t.astype(np.int64) - t_ref
+    return float(t.min()), float(t.max())
