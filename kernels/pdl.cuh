@@ -9,24 +9,13 @@
 // CUDA Programming Guide, "Programmatic Dependent Launch and Synchronization".
 #pragma once
 
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
 #ifdef RG_TRACE
 // Block trace, compiled in only with -DRG_TRACE (DecodeModel(compile_options=("-DRG_TRACE",)); read by
 // rawgraphs.model.trace). rg_trace is a u64 buffer [2 + 4 * capacity]: [0] counts the records claimed, [1]
 // holds the capacity, then records {%gridid, %smid << 32 | linear block index, t0, t1} (%globaltimer, ns):
-// pdl_begin writes {arrival at pdl_begin, release from the wait}, rg_trace_exit {exit, 0}. Thread 0 of the
-// block writes. Null (each module's default): nothing is written.
+// pdl_wait writes {arrival at the wait, release from it}, rg_trace_exit {exit, 0}. Thread 0 of the block
+// writes; a block that returns without waiting (attention past a row's context) leaves no record. Null (each
+// module's default): nothing is written.
 __device__ unsigned long long* rg_trace;
 
 __device__ __forceinline__ unsigned long long rg_globaltimer() {
@@ -59,16 +48,28 @@ __device__ __forceinline__ void rg_trace_exit() {
 }
 #endif
 
-__device__ __forceinline__ void pdl_begin() {
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_wait() {
 #ifdef RG_TRACE
     const unsigned long long arrived = rg_globaltimer();
 #endif
-    pdl_launch_dependents();
-    pdl_wait();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 #ifdef RG_TRACE
     if (rg_trace != nullptr && threadIdx.x + threadIdx.y + threadIdx.z == 0)
         rg_trace_put(rg_trace, arrived, rg_globaltimer());
 #endif
+}
+
+__device__ __forceinline__ void pdl_begin() {
+    pdl_launch_dependents();
+    pdl_wait();
 }
 
 // Between pdl_launch_dependents() and pdl_wait() a kernel may read only what no kernel of the step writes:

@@ -52,7 +52,10 @@ def test_traced_step_records_every_block_and_changes_no_result(stream, rng):
     gemv_blocks = 0
     for ln, s in zip(launches, spans):
         blocks = math.prod(ln.shape.grid)
-        assert s.blocks == blocks, ln.name
+        if "attention" in ln.name:  # splits past the context return without waiting: no record
+            assert 1 <= s.blocks <= blocks, ln.name
+        else:
+            assert s.blocks == blocks, ln.name
         assert s.release[0] >= s.arrive[0] and s.release[1] >= s.release[0], ln.name
         if ln.kernel.name == "gemv":  # every gemv block also leaves an exit record, after its release
             gemv_blocks += blocks

@@ -1,7 +1,7 @@
 """What a launch boundary of the decode step is made of, read from per-block GPU timestamps (rawgraphs.model.trace).
 
 The step (graph replay, B = 1, context 512) runs with kernels/pdl.cuh's trace compiled in. Per launch, in ns of
-%globaltimer: when its first block reached pdl_begin (arrive), when the first block was let past the PDL wait
+%globaltimer: when its first block reached the PDL wait (arrive), when the first block was let past the PDL wait
 (release), and for gemv when its blocks were done (exit). Per kind of launch (medians over layers and replays):
 
 - ``critical``: release of this launch's first block -> release of the next launch's first block: the step's

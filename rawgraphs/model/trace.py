@@ -68,18 +68,20 @@ class BlockTrace:
 
 
 class LaunchSpan(NamedTuple):
-    """One launch's blocks, in ns from the first arrival of the traced step; exits NaN where none was traced."""
+    """One launch's blocks that waited (attention blocks past a row's context return at once, unrecorded), in ns
+    from the first arrival of the traced step; exits NaN where none was traced."""
 
     name: str
     blocks: int
-    arrive: tuple[float, float]   # first, last block at pdl_begin
+    arrive: tuple[float, float]   # first, last block at the PDL wait
     release: tuple[float, float]  # first, last block past the wait
     exit: tuple[float, float]     # first, last block done (gemv only)
 
 
 def launch_spans(records: np.ndarray, names) -> list[LaunchSpan]:
     """Group ``records`` by launch (``%gridid`` grows with every launch, so its order is the step's) and name
-    them ``names`` in order; a different launch count is an error (a launch without pdl_begin, or two steps)."""
+    them ``names`` in order; a different launch count is an error (a launch with no waiting block, or two
+    steps)."""
     names = list(names)
     grids = np.unique(records["grid"])
     if len(grids) != len(names):
