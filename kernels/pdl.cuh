@@ -11,12 +11,14 @@
 
 #ifdef RG_TRACE
 // Block trace, compiled in only with -DRG_TRACE (DecodeModel(compile_options=("-DRG_TRACE",)); read by
-// rawgraphs.model.trace). rg_trace is a u64 buffer [2 + 4 * capacity]: [0] counts the records claimed, [1]
-// holds the capacity, then records {%gridid, %smid << 32 | linear block index, t0, t1} (%globaltimer, ns):
-// pdl_wait writes {arrival at the wait, release from it}, rg_trace_exit {exit, 0}. Thread 0 of the block
-// writes; a block that returns without waiting (attention past a row's context) leaves no record. Null (each
-// module's default): nothing is written.
+// rawgraphs.model.trace). Thread 0 of each block that waits writes one record {%gridid, %smid << 32 | linear
+// block index, arrival at the wait, release from it, exit or 0} (%globaltimer, ns); rg_trace_exit adds the exit
+// (gemv). rg_trace, a u64 buffer: [0] records per SM (cap), [1] SM slots (nsm), SM s's record count at
+// [16 + 16 s] (a line of its own: no contention between SMs), its records from [16 + 16 nsm + 5 cap s]. The
+// slot is claimed before the wait, so the atomic's latency hides behind it. A block that returns without
+// waiting (attention past a row's context) leaves no record. Null (each module's default): nothing is written.
 __device__ unsigned long long* rg_trace;
+__shared__ unsigned long long* rg_record;  // this block's record (thread 0), for rg_trace_exit
 
 __device__ __forceinline__ unsigned long long rg_globaltimer() {
     unsigned long long t;
@@ -24,27 +26,37 @@ __device__ __forceinline__ unsigned long long rg_globaltimer() {
     return t;
 }
 
-__device__ __forceinline__ void rg_trace_put(unsigned long long* tr, unsigned long long t0, unsigned long long t1) {
-    const unsigned long long i = atomicAdd(tr, 1ull);
-    if (i >= tr[1]) return;
+// Thread 0: claim this block's record (null when tracing is off, the SM has no slot or its slots are full).
+__device__ __forceinline__ unsigned long long* rg_trace_claim() {
+    unsigned long long* tr = rg_trace;
+    if (tr == nullptr) return nullptr;
+    unsigned sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    const unsigned long long cap = tr[0], nsm = tr[1];
+    if (sm >= nsm) return nullptr;
+    const unsigned long long i = atomicAdd(tr + 16 + 16 * sm, 1ull);
+    return i < cap ? tr + 16 + 16 * nsm + 5 * (cap * sm + i) : nullptr;
+}
+
+__device__ __forceinline__ void rg_trace_put(unsigned long long* r, unsigned long long arrived) {
+    const unsigned long long released = rg_globaltimer();
     unsigned long long grid;
     unsigned sm;
     asm volatile("mov.u64 %0, %%gridid;" : "=l"(grid));
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-    unsigned long long* r = tr + 2 + 4 * i;
     r[0] = grid;
     r[1] = (unsigned long long)sm << 32 | (blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
-    r[2] = t0;
-    r[3] = t1;
+    r[2] = arrived;
+    r[3] = released;
+    r[4] = 0;
 }
 
-// The exit record, once every thread of the block got here (one block barrier): only for kernels whose every
-// thread reaches their end (gemv).
+// The exit time, once every thread of the block got here (one block barrier): only for kernels whose every
+// thread reaches their end after their wait (gemv).
 __device__ __forceinline__ void rg_trace_exit() {
-    unsigned long long* tr = rg_trace;
-    if (tr == nullptr) return;
+    if (rg_trace == nullptr) return;
     __syncthreads();
-    if (threadIdx.x + threadIdx.y + threadIdx.z == 0) rg_trace_put(tr, rg_globaltimer(), 0);
+    if (threadIdx.x + threadIdx.y + threadIdx.z == 0 && rg_record != nullptr) rg_record[4] = rg_globaltimer();
 }
 #endif
 
@@ -56,14 +68,18 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 
 __device__ __forceinline__ void pdl_wait() {
 #ifdef RG_TRACE
+    const bool tracer = threadIdx.x + threadIdx.y + threadIdx.z == 0;
+    unsigned long long* record = tracer ? rg_trace_claim() : nullptr;
     const unsigned long long arrived = rg_globaltimer();
 #endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 #ifdef RG_TRACE
-    if (rg_trace != nullptr && threadIdx.x + threadIdx.y + threadIdx.z == 0)
-        rg_trace_put(rg_trace, arrived, rg_globaltimer());
+    if (tracer) {
+        rg_record = record;
+        if (record != nullptr) rg_trace_put(record, arrived);
+    }
 #endif
 }
 

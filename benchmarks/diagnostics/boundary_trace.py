@@ -11,7 +11,8 @@ The step (graph replay, B = 1, context 512) runs with kernels/pdl.cuh's trace co
 - gemv only: ``work`` (first release -> last exit), ``tail`` (first exit -> last exit) and ``handoff`` (last exit
   -> the next launch's first release: how long the GPU takes to let the next kernel go).
 
-The traced step is timed beside an untraced model of the same weights, to show what the trace costs.
+The traced step is timed beside an untraced model of the same weights, to show what the trace costs; the last
+replay's records go to ``boundary_trace_<preset>.npz`` (records, launch names) for a closer look.
 Run from the repository root: ``PYTHONPATH=.:benchmarks python3 benchmarks/diagnostics/boundary_trace.py``.
 """
 
@@ -56,7 +57,7 @@ def summarize(rows: list[dict]) -> dict:
     return out
 
 
-def run(preset: str, B: int, stream: Stream) -> dict:
+def run(preset: str, B: int, stream: Stream, out) -> dict:
     rng = np.random.default_rng(0)
     models = {"plain": build_model(preset, B, CONTEXT + 16),
               "traced": build_model(preset, B, CONTEXT + 16, compile_options=("-DRG_TRACE",))}
@@ -77,8 +78,9 @@ def run(preset: str, B: int, stream: Stream) -> dict:
         stream.synchronize()
         recs = trace.records()
         rows += boundaries(launch_spans(recs, names))
-        t = np.unique(np.concatenate([recs["t0"], recs["t1"][recs["t1"] != 0]]))
+        t = np.unique(np.concatenate([recs["arrived"], recs["released"]]))
         ticks.append(int(np.diff(t).min()))
+    np.savez_compressed(out / f"boundary_trace_{preset}.npz", records=recs, names=np.array(names))
     trace.close()
     by_kind = summarize(rows)
     print(f"{preset} B={B}, context {CONTEXT}: step {steps['plain']:.1f} us, traced {steps['traced']:.1f} us "
@@ -98,8 +100,8 @@ def main() -> None:
     if no_gpu("boundary_trace.py"):
         return
     stream = Stream.create()
-    results = [run(p, 1, stream) for p in args.presets.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
+    results = [run(p, 1, stream, args.out) for p in args.presets.split(",")]
     (args.out / "boundary_trace.json").write_text(json.dumps(results, indent=1))
 
 

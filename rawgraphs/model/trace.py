@@ -24,15 +24,20 @@ from ..memory import DeviceBuffer, DeviceView
 
 __all__ = ["BlockTrace", "LaunchSpan", "launch_spans"]
 
-RECORD = np.dtype([("grid", "<u8"), ("where", "<u8"), ("t0", "<u8"), ("t1", "<u8")])  # pdl.cuh's record
+RECORD = np.dtype([("grid", "<u8"), ("where", "<u8"), ("arrived", "<u8"), ("released", "<u8"),
+                   ("exit", "<u8")])  # pdl.cuh's record; where = smid << 32 | block, exit 0 = none
+_HEAD = 16  # u64 before the per-SM counters
+_LINE = 16  # u64 per SM counter (one 128-byte line each)
 
 
 class BlockTrace:
-    """The trace buffer of ``modules`` (compiled with ``-DRG_TRACE``): up to ``capacity`` block records."""
+    """The trace buffer of ``modules`` (compiled with ``-DRG_TRACE``): up to ``per_sm`` records per SM on SMs
+    with ``%smid < sms``."""
 
-    def __init__(self, modules, capacity: int = 1 << 18):
-        self.capacity = capacity
-        self.buf = DeviceBuffer(2 + 4 * capacity, np.uint64)
+    def __init__(self, modules, per_sm: int = 1024, sms: int = 256):
+        self.per_sm, self.sms = per_sm, sms
+        self._records_at = _HEAD + _LINE * sms
+        self.buf = DeviceBuffer(self._records_at + 5 * per_sm * sms, np.uint64)
         self._symbols = []
         for mod in modules:
             try:
@@ -47,18 +52,24 @@ class BlockTrace:
         for sym in self._symbols:
             sym.copy_from(np.array([ptr], np.uint64))
 
+    def _head(self) -> DeviceView:
+        return DeviceView(self.buf.ptr, self._records_at, np.uint64, owner=self.buf)
+
     def reset(self) -> None:
         """Forget the records (synchronous: call it between steps, not during capture)."""
-        DeviceView(self.buf.ptr, 2, np.uint64, owner=self.buf).copy_from(np.array([0, self.capacity], np.uint64))
+        head = np.zeros(self._records_at, np.uint64)
+        head[:2] = self.per_sm, self.sms
+        self._head().copy_from(head)
 
     def records(self) -> np.ndarray:
         """The records written since :meth:`reset` (synchronous read), as a :data:`RECORD` array."""
-        count = int(DeviceView(self.buf.ptr, 1, np.uint64, owner=self.buf).to_numpy()[0])
-        if count > self.capacity:
-            raise RuntimeError(f"trace overflow: {count} records for a capacity of {self.capacity}; "
-                               "reset between steps or pass a larger capacity")
-        raw = DeviceView(self.buf.ptr + 16, 4 * count, np.uint64, owner=self.buf).to_numpy()
-        return raw.view(RECORD)
+        counts = self._head().to_numpy()[_HEAD::_LINE]
+        if counts.max() > self.per_sm:
+            raise RuntimeError(f"trace overflow: {int(counts.max())} records on one SM for {self.per_sm} per SM; "
+                               "reset between steps or pass a larger per_sm")
+        every = DeviceView(self.buf.ptr + 8 * self._records_at, 5 * self.per_sm * self.sms, np.uint64,
+                           owner=self.buf).to_numpy().view(RECORD).reshape(self.sms, self.per_sm)
+        return np.concatenate([every[sm, :int(n)] for sm, n in enumerate(counts)])
 
     def close(self) -> None:
         """Point the modules back at nothing (they stop recording) and free the buffer."""
@@ -86,13 +97,13 @@ def launch_spans(records: np.ndarray, names) -> list[LaunchSpan]:
     grids = np.unique(records["grid"])
     if len(grids) != len(names):
         raise ValueError(f"the trace holds {len(grids)} launches, the step has {len(names)}")
-    t_ref = int(records["t0"][records["t1"] != 0].min())
+    t_ref = int(records["arrived"].min())
     spans = []
     for name, grid in zip(names, grids, strict=True):
         r = records[records["grid"] == grid]
-        entry, leave = r[r["t1"] != 0], r[r["t1"] == 0]
-        spans.append(LaunchSpan(name, len(entry), _first_last(entry["t0"], t_ref), _first_last(entry["t1"], t_ref),
-                                _first_last(leave["t0"], t_ref)))
+        left = r["exit"][r["exit"] != 0]
+        spans.append(LaunchSpan(name, len(r), _first_last(r["arrived"], t_ref), _first_last(r["released"], t_ref),
+                                _first_last(left, t_ref)))
     return spans
 
 
