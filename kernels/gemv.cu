@@ -19,7 +19,7 @@
 //   worth issued before the PDL wait; x (after x_op) is staged once per block. A larger B runs one pass per
 //   batch row.
 //   grid = (blocks, splits) (any count: warp groups stride over the rows), block = (32 * warps,) (warps <= 8,
-//   a multiple of parts), dynamic shared = warps * (PIPE_STAGES * 512 + 16) + 2 * k_chunk bytes;
+//   a multiple of parts), dynamic shared = warps * (PIPE_STAGES * 512 + 64) + 2 * k_chunk bytes;
 //   extra argument parts int32 (1, 2, 4, 8): warps per row (OUT_SILU: per gate/up row pair).
 // gemv_mma (2 <= B <= 16; passes of 8 / 16 / 32 batch rows): GEMV on tensor cores, W streamed from global
 //   memory straight into mma.sync A fragments (16 x 16-byte loads in flight per lane), x^T as the B operand.
@@ -425,13 +425,16 @@ extern "C" __global__ void __launch_bounds__(256) gemv_mma(void* y, const bf16* 
 // holds elements [8l, 8l + 8), 16 bytes) through a private shared-memory ring of PIPE_STAGES slots with
 // cp.async, PIPE_STAGES - 1 chunks in flight per warp. The first ring's worth is issued before the PDL wait
 // (weights never depend on the previous kernel). x (after x_op) is staged once per pass in shared memory.
-// Warps run independently (no block barrier inside the stream); each row ends in a fixed-order warp reduction
-// and, with parts > 1, a fixed-order sum of the group's partials behind the group's named barrier
-// (deterministic, and independent of the grid: a row is summed the same way whichever group owns it).
+// Warps run independently (no barrier inside the stream); each row ends in a fixed-order warp reduction and,
+// with parts > 1, a fixed-order sum of the group's partials after a block barrier every RED_UNITS units
+// (deterministic, and independent of the grid: a row is summed the same way whichever group owns it). Block
+// barriers only: per-group named barriers (bar.sync id, count) made compute-sanitizer's racecheck report
+// hazards it cannot see through (benchmarks/NOTES.md, sessions 7 and 9).
 // OUT_SILU: a group owns units of two rows, gate row n and up row n + N/2, streamed as one sequence of
 // 2 x chunks chunks (the warps of the group share them as they share a row's) into two accumulators.
 #define PIPE_STAGES 8
 #define PIPE_CHUNK 256
+#define RED_UNITS 8  // units per reduction round (parts > 1): red holds [2][RED_UNITS][warps] fp32
 
 __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
     const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
@@ -443,11 +446,6 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 // Wait until at most `n` of this thread's committed cp.async groups are pending.
 template <int n>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(n) : "memory"); }
-
-// Barrier `id` (1..15; 0 is __syncthreads) over `threads` threads (a multiple of 32), shared memory ordered.
-__device__ __forceinline__ void named_barrier(int id, int threads) {
-    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
 
 // The issue side of one warp's ring: its chunks of its rows in order, one commit group per chunk (empty past
 // the end, so the wait count stays fixed).
@@ -508,9 +506,10 @@ __device__ __forceinline__ void gemv_body(void* y, const bf16* __restrict__ x, c
     const int mine = part < unit_chunks ? (unit_chunks - part + parts - 1) / parts : 0;
     const int jsplit = PAIRS ? (part < chunks ? (chunks - part + parts - 1) / parts : 0) : mine;
     const int rows = group < units ? (units - 1 - group) / groups + 1 : 0;  // this group's units
+    const int busiest = (units - 1) / groups + 1;                            // group 0's
     bf16* rings = reinterpret_cast<bf16*>(pipe_raw);      // [nwarps][PIPE_STAGES][PIPE_CHUNK]
     bf16* xs = rings + nwarps * PIPE_STAGES * PIPE_CHUNK;  // [kc] the pass's input row
-    float* red = reinterpret_cast<float*>(xs + kc);        // [2][2][nwarps] partials g, u (parts > 1)
+    float* red = reinterpret_cast<float*>(xs + kc);        // [2][RED_UNITS][nwarps] partials g, u (parts > 1)
     RowStream<PAIRS> st{rings + warp * PIPE_STAGES * PIPE_CHUNK, K, k0, k1, groups, part, parts, mine, chunks,
                         jsplit, (size_t)units * K, 0, 0, 0, nullptr};
     for (int b = 0; b < B; ++b) {
@@ -545,33 +544,38 @@ __device__ __forceinline__ void gemv_body(void* y, const bf16* __restrict__ x, c
             }
             slot = (slot + 1) % PIPE_STAGES;
         };
-        for (int r = 0, n = group; r < rows; ++r, n += groups) {
-            float acc = 0.0f, acc_u = 0.0f;  // the unit's first row; its second (PAIRS)
-            for (int j = 0; j < jsplit; ++j) chunk(part + j * parts, acc);
-            if (PAIRS) {
-                for (int j = jsplit; j < mine; ++j) chunk(part + j * parts - chunks, acc_u);
-                acc_u = warp_sum(acc_u);
+        // Units in rounds of RED_UNITS (a count that is the same for every warp of the grid, so every warp
+        // meets the same block barriers): parts > 1 leaves each warp's partial of each unit in red, and after the
+        // round's barrier lane i of the group's first warp sums unit r0 + i over the parts in order.
+        for (int r0 = 0; r0 < busiest; r0 += RED_UNITS) {
+            const int r1 = min(rows, r0 + RED_UNITS);
+            for (int r = r0; r < r1; ++r) {
+                float acc = 0.0f, acc_u = 0.0f;  // the unit's first row; its second (PAIRS)
+                for (int j = 0; j < jsplit; ++j) chunk(part + j * parts, acc);
+                if (PAIRS) {
+                    for (int j = jsplit; j < mine; ++j) chunk(part + j * parts - chunks, acc_u);
+                    acc_u = warp_sum(acc_u);
+                }
+                acc = warp_sum(acc);
+                if (parts == 1) {
+                    if (lane == 0) store_unit(y, mode, blockIdx.y, B, N, b, group + r * groups, acc, acc_u, true);
+                } else if (lane == 0) {
+                    red[(r - r0) * nwarps + warp] = acc;
+                    if (PAIRS) red[(RED_UNITS + r - r0) * nwarps + warp] = acc_u;
+                }
             }
-            acc = warp_sum(acc);
-            if (parts == 1) {
-                if (lane == 0) store_unit(y, mode, blockIdx.y, B, N, b, n, acc, acc_u, true);
-                continue;
-            }
-            // Double-buffered by unit parity: a warp is at most one unit ahead of its group's first warp.
-            float* rb = red + (r & 1) * 2 * nwarps;
-            if (lane == 0) {
-                rb[warp] = acc;
-                if (PAIRS) rb[nwarps + warp] = acc_u;
-            }
-            named_barrier(1 + warp / parts, 32 * parts);
-            if (part == 0 && lane == 0) {
+            if (parts == 1) continue;  // grid-uniform
+            __syncthreads();
+            if (part == 0 && lane < r1 - r0) {
                 float v = 0.0f, u = 0.0f;
                 for (int p = 0; p < parts; ++p) {
-                    v += rb[warp + p];
-                    if (PAIRS) u += rb[nwarps + warp + p];
+                    v += red[lane * nwarps + warp + p];
+                    if (PAIRS) u += red[(RED_UNITS + lane) * nwarps + warp + p];
                 }
-                store_unit(y, mode, blockIdx.y, B, N, b, n, v, u, true);
+                store_unit(y, mode, blockIdx.y, B, N, b, group + (r0 + lane) * groups, v, u, true);
             }
+            if (r0 + RED_UNITS < busiest) __syncthreads();  // red is free for the next round (the next pass
+            // begins with a barrier of its own)
         }
         cp_async_wait<0>();  // only empty groups remain; the next pass starts from a quiet ring
     }

@@ -77,7 +77,7 @@ def test_gemv_plan(B, N, K):
         groups = plan.grid[0] * 8 // plan.parts
         assert plan.block == (256, 1, 1) and plan.parts in (1, 2, 4, 8) and groups * plan.parts <= SMS * 32
         assert math.ceil(N / groups) == math.ceil(N * plan.parts / (SMS * 32)) and plan.parts <= math.ceil(K / 256)
-        assert plan.splits == 1 and plan.shared == 8 * (8 * 512 + 16) + 2 * plan.k_chunk <= 47 * 1024
+        assert plan.splits == 1 and plan.shared == 8 * (8 * 512 + 64) + 2 * plan.k_chunk <= 47 * 1024
         assert plan.launches("y", "x", "w", None, B, N, K)[0].args["parts"] == plan.parts
     else:
         rows_per_block = 16 if B <= 16 else 64

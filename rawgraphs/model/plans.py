@@ -55,7 +55,7 @@ GEMV_WARPS_PER_SM = 32  # gemv: warps per SM in its one wave (4 blocks x 8 warps
 GEMV_BLOCK_WARPS = 8  # gemv: warps per block
 GEMV_CHUNK = 256  # gemv: K elements per streamed chunk (PIPE_CHUNK in gemv.cu)
 GEMV_RING = 8 * 512  # gemv: bytes of one warp's cp.async ring (PIPE_STAGES x PIPE_CHUNK bf16)
-GEMV_RED = 16  # gemv: bytes of one warp's row partials (2 units x 2 rows, fp32)
+GEMV_RED = 64  # gemv: bytes of one warp's unit partials (RED_UNITS = 8 units x 2 rows, fp32)
 GEMV_SHARED = 47 * 1024  # gemv: dynamic shared bytes at most (rings + x: under the 48 KiB that needs no opt-in,
 # with room for the static part)
 
