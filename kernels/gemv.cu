@@ -586,6 +586,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) gemv(void* y, const bf16* _
                                                           const bf16* __restrict__ w, const bf16* __restrict__ norm,
                                                           const int* __restrict__ positions, int B, int N, int K,
                                                           int k_chunk, int mode, float eps, int x_op, int parts) {
+#ifdef RG_TRACE
+    rg_trace_enter();
+#endif
     const int k0 = blockIdx.y * k_chunk, k1 = min(K, k0 + k_chunk);
     if (mode == OUT_SILU && x_op == X_RMSNORM) {  // the decode step's gate_up
         gemv_body<X_RMSNORM, true>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, parts);

@@ -12,13 +12,16 @@
 #ifdef RG_TRACE
 // Block trace, compiled in only with -DRG_TRACE (DecodeModel(compile_options=("-DRG_TRACE",)); read by
 // rawgraphs.model.trace). Thread 0 of each block that waits writes one record {%gridid, %smid << 32 | linear
-// block index, arrival at the wait, release from it, exit or 0} (%globaltimer, ns); rg_trace_exit adds the exit
+// block index, arrival at the wait, release from it, exit or 0, entry or 0} (%globaltimer, ns); a kernel that
+// calls rg_trace_enter() first thing and rg_trace_exit() last (gemv) adds its entry and exit (arrival - entry:
+// the block's work before the wait, gemv's first cp.async ring)
 // (gemv). rg_trace, a u64 buffer: [0] records per SM (cap), [1] SM slots (nsm), SM s's record count at
 // [16 + 16 s] (a line of its own: no contention between SMs), its records from [16 + 16 nsm + 5 cap s]. The
 // slot is claimed before the wait, so the atomic's latency hides behind it. A block that returns without
 // waiting (attention past a row's context) leaves no record. Null (each module's default): nothing is written.
 __device__ unsigned long long* rg_trace;
 __shared__ unsigned long long* rg_record;  // this block's record (thread 0), for rg_trace_exit
+__shared__ unsigned long long rg_entered;  // rg_trace_enter's time (thread 0)
 
 __device__ __forceinline__ unsigned long long rg_globaltimer() {
     unsigned long long t;
@@ -35,7 +38,7 @@ __device__ __forceinline__ unsigned long long* rg_trace_claim() {
     const unsigned long long cap = tr[0], nsm = tr[1];
     if (sm >= nsm) return nullptr;
     const unsigned long long i = atomicAdd(tr + 16 + 16 * sm, 1ull);
-    return i < cap ? tr + 16 + 16 * nsm + 5 * (cap * sm + i) : nullptr;
+    return i < cap ? tr + 16 + 16 * nsm + 6 * (cap * sm + i) : nullptr;
 }
 
 __device__ __forceinline__ void rg_trace_put(unsigned long long* r, unsigned long long arrived) {
@@ -49,14 +52,22 @@ __device__ __forceinline__ void rg_trace_put(unsigned long long* r, unsigned lon
     r[2] = arrived;
     r[3] = released;
     r[4] = 0;
+    r[5] = 0;
 }
 
-// The exit time, once every thread of the block got here (one block barrier): only for kernels whose every
-// thread reaches their end after their wait (gemv).
+__device__ __forceinline__ void rg_trace_enter() {
+    if (threadIdx.x + threadIdx.y + threadIdx.z == 0) rg_entered = rg_globaltimer();
+}
+
+// The exit time, once every thread of the block got here (one block barrier), and rg_trace_enter's: only for
+// kernels whose every thread reaches their end after their wait, and that called rg_trace_enter (gemv).
 __device__ __forceinline__ void rg_trace_exit() {
     if (rg_trace == nullptr) return;
     __syncthreads();
-    if (threadIdx.x + threadIdx.y + threadIdx.z == 0 && rg_record != nullptr) rg_record[4] = rg_globaltimer();
+    if (threadIdx.x + threadIdx.y + threadIdx.z == 0 && rg_record != nullptr) {
+        rg_record[4] = rg_globaltimer();
+        rg_record[5] = rg_entered;
+    }
 }
 #endif
 
@@ -69,8 +80,8 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 __device__ __forceinline__ void pdl_wait() {
 #ifdef RG_TRACE
     const bool tracer = threadIdx.x + threadIdx.y + threadIdx.z == 0;
+    const unsigned long long arrived = rg_globaltimer();  // before the claim's three dependent global accesses
     unsigned long long* record = tracer ? rg_trace_claim() : nullptr;
-    const unsigned long long arrived = rg_globaltimer();
 #endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");

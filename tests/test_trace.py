@@ -13,12 +13,12 @@ def records(rows):
 
 
 def test_spans_group_by_grid_in_launch_order():
-    recs = records([(9, 1 << 32 | 0, 1500, 1700, 0), (7, 0, 1000, 1200, 1400), (7, 3 << 32 | 1, 1100, 1250, 1450),
-                    (9, 2 << 32 | 1, 1600, 1800, 0)])
+    recs = records([(9, 1 << 32 | 0, 1500, 1700, 0, 0), (7, 0, 1000, 1200, 1400, 900),
+                    (7, 3 << 32 | 1, 1100, 1250, 1450, 1050), (9, 2 << 32 | 1, 1600, 1800, 0, 0)])
     a, b = launch_spans(recs, ["a", "b"])
-    assert a == ("a", 2, (0.0, 100.0), (200.0, 250.0), (400.0, 450.0))
+    assert a == ("a", 2, (0.0, 100.0), (200.0, 250.0), (400.0, 450.0), (-100.0, 50.0))
     assert b.name == "b" and b.blocks == 2 and b.arrive == (500.0, 600.0) and b.release == (700.0, 800.0)
-    assert all(math.isnan(t) for t in b.exit)  # no exit times for b
+    assert all(math.isnan(t) for t in b.exit + b.enter)  # no entry or exit times for b
     with pytest.raises(ValueError, match="2 launches, the step has 3"):
         launch_spans(recs, ["a", "b", "c"])
 
@@ -57,11 +57,14 @@ def test_traced_step_records_every_block_and_changes_no_result(stream, rng):
         else:
             assert s.blocks == blocks, ln.name
         assert s.release[0] >= s.arrive[0] and s.release[1] >= s.release[0], ln.name
-        if ln.kernel.name == "gemv":  # every gemv block also leaves an exit record, after its release
+        if ln.kernel.name == "gemv":  # every gemv block also records its entry and exit
             gemv_blocks += blocks
             assert s.exit[0] >= s.release[0] and s.exit[1] >= s.exit[0], ln.name
+            assert s.enter[0] <= s.arrive[0] and s.enter[1] >= s.enter[0], ln.name
         else:
-            assert math.isnan(s.exit[0]), ln.name
-    assert gemv_blocks and np.count_nonzero(recs["exit"]) == gemv_blocks
+            assert math.isnan(s.exit[0]) and math.isnan(s.enter[0]), ln.name
+    assert gemv_blocks and np.count_nonzero(recs["exit"]) == np.count_nonzero(recs["entered"]) == gemv_blocks
+    gemv = recs[recs["entered"] != 0]
+    assert np.all(gemv["entered"] <= gemv["arrived"]) and np.all(gemv["released"] <= gemv["exit"])
     assert len({int(r) >> 32 for r in recs["where"]}) > 1  # blocks on more than one SM
     trace.close()

@@ -8,8 +8,10 @@ The step (graph replay, B = 1, context 512) runs with kernels/pdl.cuh's trace co
   critical path through this launch (the per-kind sums add up to the step).
 - ``sits``: how long the first block waited at griddepcontrol.wait (how early PDL placed it).
 - ``late``: last block's arrival - first release: > 0 when blocks only found room after the previous launch.
-- gemv only: ``work`` (first release -> last exit), ``tail`` (first exit -> last exit) and ``handoff`` (last exit
-  -> the next launch's first release: how long the GPU takes to let the next kernel go).
+- gemv only: ``work`` (first release -> last exit), ``tail`` (first exit -> last exit), ``handoff`` (last exit
+  -> the next launch's first release: how long the GPU takes to let the next kernel go), ``placed`` (last block's
+  start - first release: > 0 when blocks only found room on an SM after the launch was let go) and ``prologue``
+  (median over blocks of start -> arrival at the wait: issuing the first cp.async ring).
 
 The traced step is timed beside an untraced model of the same weights, to show what the trace costs; the last
 replay's records go to ``boundary_trace_<preset>.npz`` (records, launch names) for a closer look.
@@ -34,16 +36,18 @@ def kind(name: str) -> str:
     return "reduce" if name.endswith(".reduce") else name.split(".")[-1]
 
 
-def boundaries(spans) -> list[dict]:
+def boundaries(spans, records) -> list[dict]:
     """Per launch (all but the last, which has no next release): the quantities of the module docstring, us."""
     rows = []
-    for s, nxt in zip(spans, spans[1:]):
+    for s, nxt, grid in zip(spans, spans[1:], np.unique(records["grid"])):  # launch_spans' order
         r = {"name": s.name, "kind": kind(s.name), "blocks": s.blocks,
              "critical": (nxt.release[0] - s.release[0]) / 1e3, "sits": (s.release[0] - s.arrive[0]) / 1e3,
              "late": (s.arrive[1] - s.release[0]) / 1e3}
         if not np.isnan(s.exit[1]):
             r.update(work=(s.exit[1] - s.release[0]) / 1e3, tail=(s.exit[1] - s.exit[0]) / 1e3,
-                     handoff=(nxt.release[0] - s.exit[1]) / 1e3)
+                     handoff=(nxt.release[0] - s.exit[1]) / 1e3, placed=(s.enter[1] - s.release[0]) / 1e3)
+            mine = records[records["grid"] == grid]
+            r["prologue"] = float(np.median(mine["arrived"].astype(np.int64) - mine["entered"].astype(np.int64))) / 1e3
         rows.append(r)
     return rows
 
@@ -52,7 +56,7 @@ def summarize(rows: list[dict]) -> dict:
     out = {}
     for k in dict.fromkeys(r["kind"] for r in rows):
         mine = [r for r in rows if r["kind"] == k]
-        out[k] = {"count_per_step": len(mine) // REPLAYS,
+        out[k] = {"per_step": len(mine) // REPLAYS,
                   **{q: float(np.median([r[q] for r in mine])) for q in mine[0] if q not in ("name", "kind")}}
     return out
 
@@ -77,7 +81,7 @@ def run(preset: str, B: int, stream: Stream, out) -> dict:
         exes["traced"].launch(stream)
         stream.synchronize()
         recs = trace.records()
-        rows += boundaries(launch_spans(recs, names))
+        rows += boundaries(launch_spans(recs, names), recs)
         t = np.unique(np.concatenate([recs["arrived"], recs["released"]]))
         ticks.append(int(np.diff(t).min()))
     np.savez_compressed(out / f"boundary_trace_{preset}.npz", records=recs, names=np.array(names))
@@ -85,10 +89,10 @@ def run(preset: str, B: int, stream: Stream, out) -> dict:
     by_kind = summarize(rows)
     print(f"{preset} B={B}, context {CONTEXT}: step {steps['plain']:.1f} us, traced {steps['traced']:.1f} us "
           f"({len(names)} launches; finest %globaltimer step seen {min(ticks)} ns)")
-    cols = ("count_per_step", "blocks", "critical", "sits", "late", "work", "tail", "handoff")
-    print("  " + " ".join(f"{c:>14s}" for c in ("kind",) + cols))
+    cols = ("per_step", "blocks", "critical", "sits", "late", "work", "tail", "handoff", "placed", "prologue")
+    print("  " + " ".join(f"{c:>10s}" for c in ("kind",) + cols))
     for k, v in by_kind.items():
-        print("  " + f"{k:>14s} " + " ".join(f"{v[c]:14.2f}" if c in v else f"{'-':>14s}" for c in cols))
+        print("  " + f"{k:>10s} " + " ".join(f"{v[c]:10.2f}" if c in v else f"{'-':>10s}" for c in cols))
     return {"preset": preset, "B": B, "step_us": steps["plain"], "traced_step_us": steps["traced"],
             "timer_step_ns": min(ticks), "by_kind": by_kind, "launches": rows[:len(names) - 1]}
 

@@ -1,5 +1,5 @@
 """Per-block timestamps of the decode step: when each block of each launch reached its PDL wait, when the wait
-let it go, and (``gemv``) when it finished. It shows what a launch boundary is made of on the GPU itself::
+let it go, and (``gemv``) when it started and finished. It shows what a launch boundary is made of on the GPU itself::
 
     model = DecodeModel(cfg, weights, compile_options=("-DRG_TRACE",))   # kernels/pdl.cuh's trace compiled in
     trace = BlockTrace(model.modules)
@@ -8,7 +8,7 @@ let it go, and (``gemv``) when it finished. It shows what a launch boundary is m
     stream.synchronize()
     spans = launch_spans(trace.records(), [ln.name for ln in model.step_launches(B)])
 
-Times are ``%globaltimer`` nanoseconds (one clock for every SM). The trace costs an atomic and four stores per
+Times are ``%globaltimer`` nanoseconds (one clock for every SM). The trace costs an atomic and six stores per
 block (plus a block barrier in ``gemv``), so compare a traced step with an untraced one before reading small
 gaps.
 """
@@ -25,7 +25,9 @@ from ..memory import DeviceBuffer, DeviceView
 __all__ = ["BlockTrace", "LaunchSpan", "launch_spans"]
 
 RECORD = np.dtype([("grid", "<u8"), ("where", "<u8"), ("arrived", "<u8"), ("released", "<u8"),
-                   ("exit", "<u8")])  # pdl.cuh's record; where = smid << 32 | block, exit 0 = none
+                   ("exit", "<u8"), ("entered", "<u8")])  # pdl.cuh's record; where = smid << 32 | block; exit
+# and entered 0 = none (only gemv records them)
+_WORDS = RECORD.itemsize // 8
 _HEAD = 16  # u64 before the per-SM counters
 _LINE = 16  # u64 per SM counter (one 128-byte line each)
 
@@ -37,7 +39,7 @@ class BlockTrace:
     def __init__(self, modules, per_sm: int = 1024, sms: int = 256):
         self.per_sm, self.sms = per_sm, sms
         self._records_at = _HEAD + _LINE * sms
-        self.buf = DeviceBuffer(self._records_at + 5 * per_sm * sms, np.uint64)
+        self.buf = DeviceBuffer(self._records_at + _WORDS * per_sm * sms, np.uint64)
         self._symbols = []
         for mod in modules:
             try:
@@ -67,7 +69,7 @@ class BlockTrace:
         if counts.max() > self.per_sm:
             raise RuntimeError(f"trace overflow: {int(counts.max())} records on one SM for {self.per_sm} per SM; "
                                "reset between steps or pass a larger per_sm")
-        every = DeviceView(self.buf.ptr + 8 * self._records_at, 5 * self.per_sm * self.sms, np.uint64,
+        every = DeviceView(self.buf.ptr + 8 * self._records_at, _WORDS * self.per_sm * self.sms, np.uint64,
                            owner=self.buf).to_numpy().view(RECORD).reshape(self.sms, self.per_sm)
         return np.concatenate([every[sm, :int(n)] for sm, n in enumerate(counts)])
 
@@ -80,13 +82,14 @@ class BlockTrace:
 
 class LaunchSpan(NamedTuple):
     """One launch's blocks that waited (attention blocks past a row's context return at once, unrecorded), in ns
-    from the first arrival of the traced step; exits NaN where none was traced."""
+    from the first arrival of the traced step; entries and exits NaN where none were traced."""
 
     name: str
     blocks: int
     arrive: tuple[float, float]   # first, last block at the PDL wait
     release: tuple[float, float]  # first, last block past the wait
     exit: tuple[float, float]     # first, last block done (gemv only)
+    enter: tuple[float, float]    # first, last block started (gemv only)
 
 
 def launch_spans(records: np.ndarray, names) -> list[LaunchSpan]:
@@ -101,9 +104,9 @@ def launch_spans(records: np.ndarray, names) -> list[LaunchSpan]:
     spans = []
     for name, grid in zip(names, grids, strict=True):
         r = records[records["grid"] == grid]
-        left = r["exit"][r["exit"] != 0]
         spans.append(LaunchSpan(name, len(r), _first_last(r["arrived"], t_ref), _first_last(r["released"], t_ref),
-                                _first_last(left, t_ref)))
+                                _first_last(r["exit"][r["exit"] != 0], t_ref),
+                                _first_last(r["entered"][r["entered"] != 0], t_ref)))
     return spans
 
 
