@@ -166,10 +166,23 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         rings = GEMV_BLOCK_WARPS * (GEMV_RING + GEMV_RED)
         x_limit = (GEMV_SHARED - rings) // 2 // 64 * 64  # K elements of x per split
         splits, k_chunk = _splits(1, K, 1, 8, splits if splits is not None else math.ceil(K / x_limit))
-        units = N
+        units, unit_chunks = N, chunks
         if out == "silu" and splits == 1:  # a group owns gate/up row pairs: twice the warps per pair keeps
-            units, parts = N // 2, min(8, 2 * parts)  # every warp's share of the bytes what it is for rows
-        groups = math.ceil(units / math.ceil(units * parts / target)) if units * parts > target else units
+            units, unit_chunks, parts = N // 2, 2 * chunks, min(8, 2 * parts)  # every warp's share what it is
+        if units * parts <= target:  # for rows
+            groups = units
+        elif splits == 1:
+            # More units than groups: a grid of exactly GEMV_WARPS_PER_SM warps per SM, the most that fit, so
+            # every SM gets the same share however the blocks are placed (ceil(units / rows per group) blocks left
+            # some SMs 4 blocks and others 1-3 in the decode step, rawgraphs.model.trace, and those SMs finished
+            # last), and 1 or 2 warps per unit, whichever leaves the busiest warp fewer chunks (ties: 1). 1b B = 1
+            # step 0.728 -> 0.715 ms (LM head 32.9 -> 31.7 us); 4 or 8 warps per unit lost (0.759 ms, LM head
+            # 43.1 us: a warp reduction and a shared-memory round per chunk). H200, session 9.
+            parts = min((p for p in (1, 2) if p <= unit_chunks),
+                        key=lambda p: (math.ceil(units * p / target) * math.ceil(unit_chunks / p), p))
+            groups = target // parts
+        else:
+            groups = math.ceil(units / math.ceil(units * parts / target))
         grid = (math.ceil(groups * parts / GEMV_BLOCK_WARPS), splits, 1)
         shared = rings + 2 * k_chunk
     elif kernel == "gemv_mma":
