@@ -167,9 +167,11 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         x_limit = (GEMV_SHARED - rings) // 2 // 64 * 64  # K elements of x per split
         splits, k_chunk = _splits(1, K, 1, 8, splits if splits is not None else math.ceil(K / x_limit))
         units, unit_chunks = N, chunks
-        if out == "silu" and splits == 1:  # a group owns gate/up row pairs: twice the warps per pair keeps
-            units, unit_chunks, parts = N // 2, 2 * chunks, min(8, 2 * parts)  # every warp's share what it is
-        if units * parts <= target:  # for rows
+        if out == "silu" and splits == 1:
+            # A group owns gate/up row pairs: twice the warps per pair keeps every warp's share of the bytes
+            # what it is for rows.
+            units, unit_chunks, parts = N // 2, 2 * chunks, min(8, 2 * parts)
+        if units * parts <= target:  # one unit per group, within one wave
             groups = units
         elif splits == 1:
             # More units than groups: a grid of exactly GEMV_WARPS_PER_SM warps per SM, the most that fit, so
