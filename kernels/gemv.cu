@@ -574,8 +574,8 @@ __device__ __forceinline__ void gemv_body(void* y, const bf16* __restrict__ x, c
                 }
                 store_unit(y, mode, blockIdx.y, B, N, b, group + (r0 + lane) * groups, v, u, true);
             }
-            if (r0 + RED_UNITS < busiest) __syncthreads();  // red is free for the next round (the next pass
-            // begins with a barrier of its own)
+            // red is free for the next round (the next pass begins with a barrier of its own)
+            if (r0 + RED_UNITS < busiest) __syncthreads();
         }
         cp_async_wait<0>();  // only empty groups remain; the next pass starts from a quiet ring
     }

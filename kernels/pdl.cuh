@@ -14,9 +14,9 @@
 // rawgraphs.model.trace). Thread 0 of each block that waits writes one record {%gridid, %smid << 32 | linear
 // block index, arrival at the wait, release from it, exit or 0, entry or 0} (%globaltimer, ns); a kernel that
 // calls rg_trace_enter() first thing and rg_trace_exit() last (gemv) adds its entry and exit (arrival - entry:
-// the block's work before the wait, gemv's first cp.async ring)
-// (gemv). rg_trace, a u64 buffer: [0] records per SM (cap), [1] SM slots (nsm), SM s's record count at
-// [16 + 16 s] (a line of its own: no contention between SMs), its records from [16 + 16 nsm + 5 cap s]. The
+// the block's work before the wait, gemv's first cp.async ring). rg_trace, a u64 buffer: [0] records per SM
+// (cap), [1] SM slots (nsm), SM s's record count at [16 + 16 s] (a line of its own: no contention between SMs),
+// its records from [16 + 16 nsm + 6 cap s]. The
 // slot is claimed before the wait, so the atomic's latency hides behind it. A block that returns without
 // waiting (attention past a row's context) leaves no record. Null (each module's default): nothing is written.
 __device__ unsigned long long* rg_trace;

@@ -16,9 +16,9 @@ def test_spans_group_by_grid_in_launch_order():
     recs = records([(9, 1 << 32 | 0, 1500, 1700, 0, 0), (7, 0, 1000, 1200, 1400, 900),
                     (7, 3 << 32 | 1, 1100, 1250, 1450, 1050), (9, 2 << 32 | 1, 1600, 1800, 0, 0)])
     a, b = launch_spans(recs, ["a", "b"])
-    assert a == ("a", 2, (0.0, 100.0), (200.0, 250.0), (400.0, 450.0), (-100.0, 50.0))
+    assert a == ("a", 2, (0.0, 100.0), (200.0, 250.0), (400.0, 450.0), (-100.0, 50.0), 75.0)  # median of 100 and 50
     assert b.name == "b" and b.blocks == 2 and b.arrive == (500.0, 600.0) and b.release == (700.0, 800.0)
-    assert all(math.isnan(t) for t in b.exit + b.enter)  # no entry or exit times for b
+    assert all(math.isnan(t) for t in b.exit + b.enter + (b.prologue,))  # no entry or exit times for b
     with pytest.raises(ValueError, match="2 launches, the step has 3"):
         launch_spans(recs, ["a", "b", "c"])
 

@@ -36,18 +36,17 @@ def kind(name: str) -> str:
     return "reduce" if name.endswith(".reduce") else name.split(".")[-1]
 
 
-def boundaries(spans, records) -> list[dict]:
+def boundaries(spans) -> list[dict]:
     """Per launch (all but the last, which has no next release): the quantities of the module docstring, us."""
     rows = []
-    for s, nxt, grid in zip(spans, spans[1:], np.unique(records["grid"])):  # launch_spans' order
+    for s, nxt in zip(spans, spans[1:]):
         r = {"name": s.name, "kind": kind(s.name), "blocks": s.blocks,
              "critical": (nxt.release[0] - s.release[0]) / 1e3, "sits": (s.release[0] - s.arrive[0]) / 1e3,
              "late": (s.arrive[1] - s.release[0]) / 1e3}
         if not np.isnan(s.exit[1]):
             r.update(work=(s.exit[1] - s.release[0]) / 1e3, tail=(s.exit[1] - s.exit[0]) / 1e3,
-                     handoff=(nxt.release[0] - s.exit[1]) / 1e3, placed=(s.enter[1] - s.release[0]) / 1e3)
-            mine = records[records["grid"] == grid]
-            r["prologue"] = float(np.median(mine["arrived"].astype(np.int64) - mine["entered"].astype(np.int64))) / 1e3
+                     handoff=(nxt.release[0] - s.exit[1]) / 1e3, placed=(s.enter[1] - s.release[0]) / 1e3,
+                     prologue=s.prologue / 1e3)
         rows.append(r)
     return rows
 
@@ -81,7 +80,7 @@ def run(preset: str, B: int, stream: Stream, out) -> dict:
         exes["traced"].launch(stream)
         stream.synchronize()
         recs = trace.records()
-        rows += boundaries(launch_spans(recs, names), recs)
+        rows += boundaries(launch_spans(recs, names))
         t = np.unique(np.concatenate([recs["arrived"], recs["released"]]))
         ticks.append(int(np.diff(t).min()))
     np.savez_compressed(out / f"boundary_trace_{preset}.npz", records=recs, names=np.array(names))

@@ -82,7 +82,7 @@ class BlockTrace:
 
 class LaunchSpan(NamedTuple):
     """One launch's blocks that waited (attention blocks past a row's context return at once, unrecorded), in ns
-    from the first arrival of the traced step; entries and exits NaN where none were traced."""
+    from the first arrival of the traced step; entries, exits and prologue NaN where none were traced."""
 
     name: str
     blocks: int
@@ -90,6 +90,7 @@ class LaunchSpan(NamedTuple):
     release: tuple[float, float]  # first, last block past the wait
     exit: tuple[float, float]     # first, last block done (gemv only)
     enter: tuple[float, float]    # first, last block started (gemv only)
+    prologue: float               # median over blocks of start -> arrival at the wait (gemv only)
 
 
 def launch_spans(records: np.ndarray, names) -> list[LaunchSpan]:
@@ -104,10 +105,15 @@ def launch_spans(records: np.ndarray, names) -> list[LaunchSpan]:
     spans = []
     for name, grid in zip(names, grids, strict=True):
         r = records[records["grid"] == grid]
+        started = r[r["entered"] != 0]
         spans.append(LaunchSpan(name, len(r), _first_last(r["arrived"], t_ref), _first_last(r["released"], t_ref),
-                                _first_last(r["exit"][r["exit"] != 0], t_ref),
-                                _first_last(r["entered"][r["entered"] != 0], t_ref)))
+                                _first_last(r["exit"][r["exit"] != 0], t_ref), _first_last(started["entered"], t_ref),
+                                _median_gap(started["entered"], started["arrived"])))
     return spans
+
+
+def _median_gap(t0: np.ndarray, t1: np.ndarray) -> float:
+    return float(np.median(t1.astype(np.int64) - t0.astype(np.int64))) if len(t0) else float("nan")
 
 
 def _first_last(t: np.ndarray, t_ref: int) -> tuple[float, float]:
