@@ -43,14 +43,14 @@ from pathlib import Path
 import numpy as np
 from common import no_gpu, parser, plot, write_result
 from cuda.bindings import driver
-from graph_overheads import BIG, ELEMS, NOOP_SHAPE, SHAPE, Chain, wall_ms
+from graph_overheads import ELEMS, NOOP_SHAPE, SHAPE, Chain, wall_ms
 from launch_overhead import Case, cupy_launch, measure, raw_packed, rawgraphs_launch
 
-from rawgraphs.bench import format_table, make_row, summarize, time_host
-from rawgraphs.context import Event, Stream, device
+from rawgraphs.bench import Blocker, format_table, make_row, summarize, time_gpu_queued, time_host
+from rawgraphs.context import Stream, device
 from rawgraphs.errors import check
 from rawgraphs.graph import Graph
-from rawgraphs.kernel import Kernel, LaunchShape, Module
+from rawgraphs.kernel import Kernel, Module
 from rawgraphs.memory import DeviceBuffer
 
 A, B, B_NEW = 1.0, 1.0, 2.0  # axpb's a and b; b of every node after an update
@@ -462,24 +462,6 @@ def verify(route: Route, built: Built, n: int, want: np.ndarray, what: str) -> N
     expect(route.result(n), want, f"{route.framework} {route.route}, {n} nodes, {what}")
 
 
-def replay_gpu_us(launch: Callable[[], None], stream: Stream, blocker: Callable[[], None],
-                  repeats: int) -> list[float]:
-    """GPU us of one replay: events around it, queued behind a blocker kernel so the span starts when the GPU
-    reaches the graph, not while the host is still enqueueing it."""
-    start, end = Event.create(), Event.create()
-    samples = []
-    for _ in range(repeats):
-        blocker()
-        start.record(stream)
-        launch()
-        end.record(stream)
-        end.synchronize()
-        samples.append(start.elapsed_ms(end) * 1e3)
-    start.close()
-    end.close()
-    return samples
-
-
 def med(samples) -> float:
     return summarize(samples).median
 
@@ -667,12 +649,7 @@ def main(argv: list[str] | None = None) -> int:
     axpb, noop = module.kernel("axpb"), module.kernel("noop")
     x_host = np.random.default_rng(0).integers(1, 100, ELEMS).astype(np.float32)  # [ELEMS], never zero
     chain, out = Chain(axpb, x_host), DeviceBuffer((ELEMS,), np.float32)          # [ELEMS] buffers
-    big_in, big_out = DeviceBuffer(BIG, np.float32), DeviceBuffer(BIG, np.float32)  # [BIG], [BIG]
-    big_in.zero(stream)
-    big_args, big_shape = axpb.args(out=big_out, x=big_in, a=1.0, b=0.0, n=BIG), LaunchShape((BIG // 256,), (256,))
-
-    def blocker() -> None:
-        axpb.launch(big_shape, big_args, stream)
+    blocker = Blocker(stream)
 
     with tempfile.TemporaryDirectory() as tmp:  # CuPy loads the cubin from a file
         cubin = Path(tmp) / "basic.cubin"
@@ -689,8 +666,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"frameworks: {', '.join(f.name for f in frameworks)} ({time.perf_counter() - t_start:.1f} s)",
               flush=True)
         eager_rows, eager = measure_eager(frameworks, bench, iters, repeats, fails)
-        graph_rows, graphs = measure_graphs([r for f in frameworks for r in f.routes], bench, counts,
-                                            lambda run: replay_gpu_us(run, stream, blocker, counts["gpu"]), fails)
+        gpu_us = partial(time_gpu_queued, stream=stream, hold=blocker, repeats=counts["gpu"], warmup=0)
+        graph_rows, graphs = measure_graphs([r for f in frameworks for r in f.routes], bench, counts, gpu_us, fails)
         update_rows, updates = measure_updates([u for f in frameworks for u in f.updates], bench,
                                                counts["update"], fails)
 
@@ -719,8 +696,7 @@ def main(argv: list[str] | None = None) -> int:
     for line in notes:
         print("note: " + line)
     print(f"total {time.perf_counter() - t_start:.1f} s")
-    big_in.close()
-    big_out.close()
+    blocker.close()
     if fails.failed:
         print("FAILED (rows skipped): " + "; ".join(fails.failed))
         return 1

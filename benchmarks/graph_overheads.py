@@ -35,7 +35,16 @@ from pathlib import Path
 import numpy as np
 from cuda.bindings import driver
 
-from rawgraphs.bench import BenchResult, collect_metadata, format_table, make_row, plot_lines, time_host
+from rawgraphs.bench import (
+    BenchResult,
+    Blocker,
+    collect_metadata,
+    format_table,
+    make_row,
+    plot_lines,
+    time_gpu_queued,
+    time_host,
+)
 from rawgraphs.context import Event, Stream, device, gpu_available
 from rawgraphs.device_update import DeviceArgUpdater
 from rawgraphs.errors import check
@@ -47,7 +56,6 @@ from rawgraphs.memory import DeviceBuffer
 ELEMS = 256                              # elements per node: one block
 SHAPE = LaunchShape((1,), (ELEMS,))      # axpb: grid = ceil(ELEMS / 256), block = 256
 NOOP_SHAPE = LaunchShape((1,), (32,))
-BIG = 1 << 25                            # blocker axpb: 128 MiB in + 128 MiB out, ~60 us on an H200
 UPDATED = 64                             # nodes updated in place in the recapture comparison
 TARGET_LAUNCH, TARGET_SET_ARGS, TARGET_RATIO = 1.2, 1.0, 20.0
 
@@ -155,23 +163,6 @@ def measure_launch(exe: GraphExec, n: int, stream: Stream, repeats: int) -> dict
     for _ in range(repeats):
         for m, run in methods.items():
             samples[m] += time_host(run, warmup=0, iters=iters, repeats=1, sync=stream.synchronize)
-    return samples
-
-
-def replay_gpu_us(exe: GraphExec, stream: Stream, blocker: Callable[[], None], repeats: int) -> list[float]:
-    """GPU us of one replay: events around it, queued behind a blocker kernel so the span starts when the GPU
-    reaches it, not when the host is still enqueueing the graph."""
-    start, end = Event.create(), Event.create()
-    samples = []
-    exe.launch(stream)  # warm-up
-    for _ in range(repeats):
-        blocker()
-        start.record(stream)
-        exe.launch(stream)
-        end.record(stream)
-        end.synchronize()
-        samples.append(start.elapsed_ms(end) * 1e3)
-    close_all(start, end)
     return samples
 
 
@@ -346,13 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     axpb, noop = mod.kernel("axpb"), mod.kernel("noop")
     x_host = np.random.default_rng(0).integers(1, 100, ELEMS).astype(np.float32)  # [ELEMS], never zero
     chain = Chain(axpb, x_host)
-    big_in, big_out = DeviceBuffer(BIG, np.float32), DeviceBuffer(BIG, np.float32)  # [BIG], [BIG]
-    big_in.zero(stream)
-    big_args = axpb.args(out=big_out, x=big_in, a=1.0, b=0.0, n=BIG)
-    big_shape = LaunchShape((BIG // 256,), (256,))
-
-    def blocker() -> None:
-        axpb.launch(big_shape, big_args, stream)
+    blocker = Blocker(stream)
 
     self_check(chain, stream, 350)
     rows: list[dict] = []
@@ -372,10 +357,10 @@ def main(argv: list[str] | None = None) -> int:
         tables["launch"].append({"nodes": n, "GraphExec.launch us": wrap, "raw cuGraphLaunch us": raw,
                                  "ratio": wrap / raw})
 
-        gpu = {"axpb": replay_gpu_us(exe, stream, blocker, r_gpu)}
+        gpu = {"axpb": time_gpu_queued(lambda e=exe: e.launch(stream), stream, blocker, r_gpu)}
         g_noop = noop_chain(noop, n)
         exe_noop = g_noop.instantiate()
-        gpu["noop"] = replay_gpu_us(exe_noop, stream, blocker, r_gpu)
+        gpu["noop"] = time_gpu_queued(lambda e=exe_noop: e.launch(stream), stream, blocker, r_gpu)
         rows += [make_row([s / n for s in v], unit="us", question="gpu per node", method=k, nodes=n)
                  for k, v in gpu.items()]
         tables["gpu"].append({"nodes": n, "axpb us/node": med(gpu["axpb"]) / n,
@@ -458,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("note: matplotlib is not installed (the [bench] extra): no plot", file=sys.stderr)
     print(f"total {time.perf_counter() - t_start:.1f} s")
-    close_all(big_in, big_out, stream)
+    close_all(blocker, stream)
     return 0
 
 

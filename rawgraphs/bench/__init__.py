@@ -1,6 +1,7 @@
 """The benchmark harness every ``benchmarks/*.py`` script uses.
 
-- :mod:`.timing`: ``time_gpu`` (CUDA events) and ``time_host`` (``perf_counter_ns``); for benchmarks only,
+- :mod:`.timing`: ``time_gpu`` (CUDA events), ``time_gpu_queued`` (one call behind a ``Blocker``) and ``time_host``
+  (``perf_counter_ns``); for benchmarks only,
   never in tests.
 - :mod:`.stats`: ``Summary`` of raw samples (median, mean, min, p10, p90, stdev, n).
 - :mod:`.record`: run metadata, ``BenchResult`` rows of raw samples + summary, JSON with a schema version.
@@ -20,11 +21,12 @@ from .report import (
     result_columns,
 )
 from .stats import Summary, summarize
-from .timing import time_gpu, time_host
+from .timing import Blocker, time_gpu, time_gpu_queued, time_host
 
 __all__ = [
     "SCHEMA_VERSION",
     "BenchResult",
+    "Blocker",
     "Summary",
     "collect_metadata",
     "format_cell",
@@ -40,6 +42,7 @@ __all__ = [
     "result_columns",
     "summarize",
     "time_gpu",
+    "time_gpu_queued",
     "time_host",
     "validate",
 ]
