@@ -11,7 +11,8 @@
 //     for each active row b (positions[b] >= 0, done[b] == 0): out[step * B + b] = next[b]; tokens[b] = next[b];
 //     on EOS done[b] = 1 and positions[b] = -1 (inactive from now on), else positions[b] += 1; then step += 1 and
 //     condition = step < max_steps && some row is active and not done.
-//   grid = (1,), block = (B rounded up to a multiple of 32, <= 1024)
+//   grid = (1,), block = (B rounded up to a multiple of 32, <= 1024); may be launched with PDL right after the
+//   step's last kernel (it waits for it before reading anything; rawgraphs/model/loop.py does).
 //   handle u64; next [B] int32; tokens [B] int32 (next step's input, written); positions [B] int32 (advanced);
 //   done [B] int32 (0/1); out [max_steps, B] int32; step [1] int32; max_steps, B, eos int32.
 // loop_begin: the decode loop's inputs and state, straight from pinned host memory (h_*: mapped, read over the
@@ -21,6 +22,8 @@
 //     (i < table_elems); out[i] = -1 (i < out_elems); *step = 0.          grid = (any,), block = (any,)
 // loop_end: the loop's results back to pinned host memory (h_*: mapped, written over the bus):
 //     h_out[i] = out[i] (i < out_elems); *h_step = *step.                   grid = (any,), block = (any,)
+
+#include "pdl.cuh"
 
 typedef unsigned long long cudaGraphConditionalHandle;
 extern "C" __device__ __cudart_builtin__ void CUDARTAPI cudaGraphSetConditional(cudaGraphConditionalHandle handle,
@@ -46,6 +49,7 @@ extern "C" __global__ void decode_loop_tail(cudaGraphConditionalHandle handle, c
                                             int max_steps, int B, int eos) {
     __shared__ int any_live;
     const int b = threadIdx.x;
+    pdl_wait();           // next (and every row's state) is the step's to write until its last kernel is done
     const int s = *step;  // every thread reads before thread 0 writes it back (barrier below)
     if (b == 0) any_live = 0;
     __syncthreads();

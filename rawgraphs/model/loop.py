@@ -57,7 +57,9 @@ class DeviceLoop:
         body = loop.bodies[0]
         with Graph.capture(stream, into=body):
             model.run_eager(B, stream)
-            tail.launch(LaunchShape(1, (B + 31) // 32 * 32), tail.args(
+            # With PDL the tail launches while the step's argmax still runs (it waits for it first): one launch
+            # latency less per token.
+            tail.launch(LaunchShape(1, (B + 31) // 32 * 32, pdl=model.pdl), tail.args(
                 handle=loop.handle, next=model.next_tokens, tokens=model.tokens, positions=model.positions,
                 done=self.done, out=self.out, step=self.step, max_steps=max_steps, B=B, eos=eos), stream)
         g.add_kernel(end, _grid_for(out_elems), end.args(
