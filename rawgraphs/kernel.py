@@ -294,7 +294,11 @@ class Kernel:
         self.module, self.name, self.signature = module, name, signature
         self.function = check(driver.cuModuleGetFunction(module.handle, symbol.encode()),
                               f"cuModuleGetFunction({name})")
-        self._max_shared = 48 * 1024
+        # Dynamic shared bytes a launch may ask for without opting in: 48 KiB less the kernel's static shared
+        # memory (a 33 KiB request failed with INVALID_VALUE beside 17 KiB of static arrays).
+        attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        self._max_shared = check(driver.cuFuncGetAttribute(attr, self.function),
+                                 f"cuFuncGetAttribute({name}, MAX_DYNAMIC_SHARED_SIZE_BYTES)")
         self._configs: dict = {}  # (shape, stream) -> CUlaunchConfig for PDL launches
 
     def args(self, /, *args, **kwargs) -> KernelArgs:
@@ -302,7 +306,8 @@ class Kernel:
         return KernelArgs(self.signature, *args, **kwargs)
 
     def prepare(self, shape: LaunchShape) -> None:
-        """Opt the function in to ``shape.shared`` bytes of dynamic shared memory if above 48 KiB."""
+        """Opt the function in to ``shape.shared`` bytes of dynamic shared memory if above what it may use now
+        (48 KiB with its static shared memory, until opted in further)."""
         if shape.shared > self._max_shared:
             attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             check(driver.cuFuncSetAttribute(self.function, attr, shape.shared), "cuFuncSetAttribute")

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from rawgraphs import ClosedError, CudaError, DeviceBuffer, LaunchShape, Module, Stream
+from rawgraphs import ClosedError, CudaError, DeviceBuffer, Graph, LaunchShape, Module, Stream
 
 pytestmark = pytest.mark.gpu
 
@@ -95,6 +95,38 @@ def test_bad_launch_raises_and_stream_stays_usable(basic, stream, rng):
     k.launch(grid_for(n), args, stream)  # nothing was lost
     stream.synchronize()
     np.testing.assert_array_equal(out.to_numpy(), x.to_numpy())
+
+
+STATIC_SHARED_SRC = """
+extern "C" __global__ void both(float* out) {  // 32 KiB static + the launch's dynamic shared memory
+    __shared__ float st[8192];
+    extern __shared__ float dyn[];
+    const int n = 8192;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) { st[i] = i; dyn[i] = 2 * i; }
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = st[n - 1 - i] + dyn[i];
+}
+"""
+
+
+def test_dynamic_shared_beside_static_over_48k(stream):
+    """32 KiB static + 32 KiB dynamic is over the 48 KiB a kernel gets without opting in: the launch opts in
+    (eagerly and as a graph node) instead of failing with INVALID_VALUE."""
+    k = Module.from_source(STATIC_SHARED_SRC, name="static_shared.cu").kernel("both")
+    want = np.arange(8191, -1, -1, dtype=np.float32) + 2 * np.arange(8192, dtype=np.float32)  # [8192]
+    shape = LaunchShape((1,), (256,), shared=32 * 1024)
+    out = DeviceBuffer(8192, np.float32)
+    k.launch(shape, k.args(out=out), stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(out.to_numpy(), want)
+    g = Graph()
+    out2 = DeviceBuffer(8192, np.float32)
+    g.add_kernel(Module.from_source(STATIC_SHARED_SRC, name="static_shared.cu").kernel("both"), shape,
+                 {"out": out2})
+    exe = g.instantiate()
+    exe.launch(stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(out2.to_numpy(), want)
 
 
 def test_use_after_close_is_refused(dev, stream):
