@@ -22,7 +22,7 @@
 //   a multiple of parts), dynamic shared = warps * (PIPE_STAGES * 512 + 64) + 2 * k_chunk bytes;
 //   extra argument parts int32 (1, 2, 4, 8): warps per row (OUT_SILU: per gate/up row pair).
 // gemv_mma (2 <= B <= 16; passes of 8 / 16 / 32 batch rows): GEMV on tensor cores, W streamed from global
-//   memory straight into mma.sync A fragments (16 x 16-byte loads in flight per lane), x^T as the B operand.
+//   memory straight into mma.sync A fragments (8 x 16-byte loads in flight per lane), x^T as the B operand.
 //   grid = (ceil(N / 16), splits), block = (256,) (exactly), shared = 0 (static); OUT_SILU: a block owns
 //   8 gate rows and their 8 up rows (same grid)
 // gemm_tc (B > 16): tiled skinny GEMM on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate). A block owns
@@ -59,7 +59,13 @@
 #define X_PLAIN 0
 #define X_RMSNORM 1
 
-#define GEMV_MMA_UNROLL 8
+// gemv_mma: 32-wide K slabs per lane in flight (2 x 16 bytes each). 4 at 80 registers lets 3 blocks share an SM
+// (__launch_bounds__(256, 3)); 8 at 123 registers allowed 2. 1b decode graph (H200, session 10): B = 2 / 4 / 8 / 16
+// 1.22 / 1.33 / 1.42 / 1.90 -> 1.08 / 1.19 / 1.26 / 1.71 ms, the grid of qkv (384 blocks), gate_up (704) and the
+// LM head (2000) in fewer waves; `small` B = 8 / 16 0.34 / 0.46 -> 0.36 / 0.50 ms (grids of <= 256 blocks: one wave
+// either way, and fewer bytes in flight per block); 1b's down (128 blocks) 17.6 -> 18.4 us at B = 8 in isolation.
+// 2 slabs at 4 blocks/SM (63 registers): 1b B=8 1.27 ms; 4 slabs at 2 blocks/SM: 1.30 ms.
+#define GEMV_MMA_UNROLL 4
 
 // Write one output element; `split` selects the partial slab for OUT_PARTIAL.
 __device__ __forceinline__ void store_out(void* y, int mode, int split, int B, int N, int b, int n, float v) {
@@ -402,7 +408,7 @@ __device__ __forceinline__ void gemv_mma_all(void* y, const bf16* x, const bf16*
         gemv_mma_pass<NT>(y, x, w, norm, positions, b0, min(8 * NT, B - b0), B, N, K, k0, k1, mode, eps, x_op);
 }
 
-extern "C" __global__ void __launch_bounds__(256) gemv_mma(void* y, const bf16* __restrict__ x,
+extern "C" __global__ void __launch_bounds__(256, 3) gemv_mma(void* y, const bf16* __restrict__ x,
                                                            const bf16* __restrict__ w,
                                                            const bf16* __restrict__ norm,
                                                            const int* __restrict__ positions, int B, int N, int K,

@@ -7,7 +7,7 @@
   ``SMS * 32`` warps); groups of ``parts`` warps own whole weight rows and stream them through per-warp
   cp.async rings (7 x 512 bytes in flight per warp, the first ring issued before the PDL wait).
 - ``2 <= B <= 16``: ``gemv_mma``, 16 weight rows per 256-thread block streamed straight into tensor-core
-  fragments (16 x 16-byte loads in flight per lane); each weight row is read once per launch.
+  fragments (8 x 16-byte loads in flight per lane, 3 blocks per SM); each weight row is read once per launch.
 - ``B > 16``: ``gemm_tc``, 64 x 64 output tiles on tensor cores (mma.sync bf16, fp32 accumulate).
 
 These choices follow measurements on the H200 (benchmarks/gemv_bandwidth.py --alternatives, benchmarks/NOTES.md):
