@@ -22,6 +22,7 @@ from rawgraphs.bench import (
     plot_lines,
     progress,
     render_summary,
+    time_gpu_queued,
     time_host,
     validate,
 )
@@ -66,6 +67,14 @@ def test_time_host_returns_one_positive_sample_per_repeat():
     assert len(calls) == 3 + 7 * 4 and len(syncs) == 1 + 4  # sync after warm-up and after each repeat
     with pytest.raises(ValueError):
         time_host(lambda: None, iters=0)
+
+
+def test_time_gpu_queued_checks_counts_before_touching_anything():
+    called = []
+    for bad in ({"repeats": 0}, {"repeats": 3, "warmup": -1}):
+        with pytest.raises(ValueError):
+            time_gpu_queued(lambda: called.append("fn"), None, lambda: called.append("hold"), **bad)
+    assert called == []  # no launch and no blocker was enqueued for a refused request
 
 
 def test_make_row_keeps_samples_and_summary():
