@@ -409,10 +409,10 @@ __device__ __forceinline__ void gemv_mma_all(void* y, const bf16* x, const bf16*
 }
 
 extern "C" __global__ void __launch_bounds__(256, 3) gemv_mma(void* y, const bf16* __restrict__ x,
-                                                           const bf16* __restrict__ w,
-                                                           const bf16* __restrict__ norm,
-                                                           const int* __restrict__ positions, int B, int N, int K,
-                                                           int k_chunk, int mode, float eps, int x_op) {
+                                                              const bf16* __restrict__ w,
+                                                              const bf16* __restrict__ norm,
+                                                              const int* __restrict__ positions, int B, int N,
+                                                              int K, int k_chunk, int mode, float eps, int x_op) {
     const int k0 = blockIdx.y * k_chunk, k1 = min(K, k0 + k_chunk);
     if (mode == OUT_SILU) {  // weights: pre-wait (OUT_SILU: the block's 8 gate rows and their up rows)
         prefetch_rows_l2(w, blockIdx.x * 8, 8, N / 2, K, k0, k1);

@@ -11,7 +11,11 @@ import gc
 import time
 from collections.abc import Callable
 
+import numpy as np
+
 from ..context import Event, Stream
+from ..kernel import LaunchShape, Module
+from ..memory import DeviceBuffer
 
 __all__ = ["Blocker", "time_gpu", "time_gpu_queued", "time_host"]
 
@@ -65,11 +69,6 @@ class Blocker:
     ELEMS = 1 << 25  # float32 elements in and out: 128 MiB each
 
     def __init__(self, stream: Stream, launches: int = 1):
-        import numpy as np
-
-        from ..kernel import LaunchShape, Module
-        from ..memory import DeviceBuffer
-
         self.stream, self.launches = stream, launches
         self.kernel = Module.from_file("basic").kernel("axpb")
         self.x, self.y = DeviceBuffer(self.ELEMS, np.float32), DeviceBuffer(self.ELEMS, np.float32)  # [ELEMS] each
