@@ -59,12 +59,12 @@
 #define X_PLAIN 0
 #define X_RMSNORM 1
 
-// gemv_mma: 32-wide K slabs per lane in flight (2 x 16 bytes each). 4 at 80 registers lets 3 blocks share an SM
-// (__launch_bounds__(256, 3)); 8 at 123 registers allowed 2. 1b decode graph (H200, session 10): B = 2 / 4 / 8 / 16
-// 1.22 / 1.33 / 1.42 / 1.90 -> 1.08 / 1.19 / 1.26 / 1.71 ms, the grid of qkv (384 blocks), gate_up (704) and the
-// LM head (2000) in fewer waves; `small` B = 8 / 16 0.34 / 0.46 -> 0.36 / 0.50 ms (grids of <= 256 blocks: one wave
-// either way, and fewer bytes in flight per block); 1b's down (128 blocks) 17.6 -> 18.4 us at B = 8 in isolation.
-// 2 slabs at 4 blocks/SM (63 registers): 1b B=8 1.27 ms; 4 slabs at 2 blocks/SM: 1.30 ms.
+// gemv_mma: 32-wide K slabs in flight per lane (2 x 16 bytes each). 4 fit in 80 registers, so 3 blocks share an
+// SM (__launch_bounds__(256, 3)); 8 needed 123 (2 blocks per SM). 1b B = 8 graph 1.42 -> 1.26 ms: qkv (384 blocks),
+// gate_up (704) and the LM head (2000) run in fewer waves. small B = 8 0.34 -> 0.36 ms: its grids (<= 256 blocks)
+// are one wave either way, now with fewer bytes in flight per block. Also measured: 2 slabs at 4 blocks per SM
+// (1.27 ms), 4 slabs at 2 blocks (1.30 ms). H200 A/B tables: benchmarks/NOTES.md, session 10. Staging x in shared
+// memory lost (1.47-1.52 ms): x's loads inside the MMA loop are not what limits B = 8.
 #define GEMV_MMA_UNROLL 4
 
 // Write one output element; `split` selects the partial slab for OUT_PARTIAL.
