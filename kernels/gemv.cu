@@ -61,10 +61,10 @@
 
 // gemv_mma: 32-wide K slabs in flight per lane (2 x 16 bytes each). 4 fit in 80 registers, so 3 blocks share an
 // SM (__launch_bounds__(256, 3)); 8 needed 123 (2 blocks per SM). 1b B = 8 graph 1.42 -> 1.26 ms: qkv (384 blocks),
-// gate_up (704) and the LM head (2000) run in fewer waves. small B = 8 0.34 -> 0.36 ms: its grids (<= 256 blocks)
-// are one wave either way, now with fewer bytes in flight per block. Also measured: 2 slabs at 4 blocks per SM
-// (1.27 ms), 4 slabs at 2 blocks (1.30 ms). H200 A/B tables: benchmarks/NOTES.md, session 10. Staging x in shared
-// memory lost (1.47-1.52 ms): x's loads inside the MMA loop are not what limits B = 8.
+// gate_up (704) and the LM head (2000) run in fewer waves. small B = 8 went 0.34 -> 0.36 ms by the occupancy, not
+// the depth: plans.py caps such grids at 2 blocks per SM again (mma_two_per_sm). Also measured: 2 slabs at 4 blocks
+// per SM (1.27 ms), 4 slabs at 2 (1.30 ms). H200 A/B tables: benchmarks/NOTES.md, sessions 10, 11. Staging x in
+// shared memory lost (1.47-1.52 ms): x's loads inside the MMA loop are not what limits B = 8.
 #define GEMV_MMA_UNROLL 4
 
 // Write one output element; `split` selects the partial slab for OUT_PARTIAL.

@@ -362,6 +362,15 @@ class Kernel:
              "max_threads": a.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK}
         return {k: check(driver.cuFuncGetAttribute(v, self.function), "cuFuncGetAttribute") for k, v in q.items()}
 
+    def blocks_per_sm(self, shape: LaunchShape) -> int:
+        """How many blocks of ``shape`` (its block size and dynamic shared bytes) one SM holds at once, by the
+        driver's occupancy calculator (cuOccupancyMaxActiveBlocksPerMultiprocessor): registers, shared memory
+        and threads, whichever binds first. Opts in to ``shape.shared`` first, as a launch would."""
+        self.prepare(shape)
+        threads = shape.block[0] * shape.block[1] * shape.block[2]
+        return check(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.function, threads, shape.shared),
+                     f"cuOccupancyMaxActiveBlocksPerMultiprocessor({self.name})")
+
     def __repr__(self) -> str:
         return f"Kernel({self.signature})"
 

@@ -18,7 +18,17 @@ import pytest
 
 from rawgraphs.compiler import compile_file
 from rawgraphs.model import reference as ref
-from rawgraphs.model.plans import OUT_MODES, PARTIAL, SMS, X_OPS, gemv_plan, max_workspace_bytes, tc_target_blocks
+from rawgraphs.model.plans import (
+    MMA_TWO_PER_SM_SHARED,
+    OUT_MODES,
+    PARTIAL,
+    SMS,
+    X_OPS,
+    gemv_plan,
+    max_workspace_bytes,
+    mma_two_per_sm,
+    tc_target_blocks,
+)
 
 BF16 = ml_dtypes.bfloat16
 FILES = ["embedding", "rmsnorm", "gemv", "silu_mul", "sample"]
@@ -81,7 +91,9 @@ def test_gemv_plan(B, N, K):
         assert plan.launches("y", "x", "w", None, B, N, K)[0].args["parts"] == plan.parts
     else:
         rows_per_block = 16 if B <= 16 else 64
-        assert plan.grid[0 if B <= 16 else 1] * rows_per_block >= N and plan.shared == 0
+        capped = B <= 16 and mma_two_per_sm(B, math.prod(plan.grid), plan.k_chunk)
+        assert plan.grid[0 if B <= 16 else 1] * rows_per_block >= N
+        assert plan.shared == (MMA_TWO_PER_SM_SHARED if capped else 0)
         if B > 16:
             assert plan.grid[0] * 64 >= B
         blocks = math.prod(plan.grid) // plan.splits
@@ -139,6 +151,22 @@ def test_gemv_plan_silu(B, N, K):
         assert red.args["mode"] == OUT_MODES["silu"] and red.grid[0] * 256 >= B * N // 2 > (red.grid[0] - 1) * 256
     with pytest.raises(ValueError, match="even N"):
         gemv_plan(B, N + 1, K, "silu")
+
+
+@pytest.mark.parametrize("B,N,K,out,capped", [
+    (8, 2304, 768, "bf16", True),        # small qkv: 144 blocks, K in one round of loads
+    (16, 4096, 768, "silu", True),       # small gate_up: 256 blocks
+    (8, 768, 2048, "residual", True),    # small down: K split in two 1024-long ranges (96 blocks)
+    (4, 2304, 768, "bf16", False),       # B < 8
+    (8, 2048, 2048, "residual", False),  # 1b o: 128 blocks, but K takes two rounds
+    (8, 6144, 2048, "bf16", False),      # 1b qkv: 384 blocks
+    (8, 32000, 768, "f32", False),       # LM head: 2000 blocks
+])
+def test_gemv_mma_two_per_sm_plan(B, N, K, out, capped):
+    """gemv_mma is capped at 2 blocks per SM (unused dynamic shared memory) exactly where mma_two_per_sm says."""
+    plan = gemv_plan(B, N, K, out)
+    assert plan.kernel == "gemv_mma" and plan.shared == (MMA_TWO_PER_SM_SHARED if capped else 0)
+    assert all(ln.shared == plan.shared for ln in plan.launches("y", "x", "w", "ws", B, N, K)[:1])
 
 
 @pytest.mark.parametrize("kernel,rows,threads",
@@ -430,6 +458,21 @@ def test_gemv_any_grid(mods, stream, rng, N, K, x_op, out):
         if parts == plan.parts:
             runs.append(got)
             assert runs[-1].tobytes() == runs[0].tobytes(), where + f": differs from {plan.grid[0]} blocks"
+
+
+@pytest.mark.gpu
+def test_plans_blocks_per_sm(mods):
+    """The occupancy the plans are built on, read back from the driver: gemv 4 blocks per SM (the one-wave grid
+    of plans.py), gemv_mma 3, or 2 under the plan's shared-memory cap (test_gemv runs the capped plans)."""
+    from rawgraphs.kernel import LaunchShape
+
+    def blocks(plan):
+        return mods["gemv"].kernel(plan.kernel).blocks_per_sm(LaunchShape(plan.grid, plan.block, plan.shared))
+
+    assert blocks(gemv_plan(1, 2048, 2048)) == 4
+    assert blocks(gemv_plan(8, 6144, 2048)) == 3
+    capped = gemv_plan(8, 2304, 768)
+    assert capped.shared == MMA_TWO_PER_SM_SHARED and blocks(capped) == 2
 
 
 @pytest.mark.gpu

@@ -7,7 +7,8 @@
   ``SMS * 32`` warps); groups of ``parts`` warps own whole weight rows and stream them through per-warp
   cp.async rings (7 x 512 bytes in flight per warp, the first ring issued before the PDL wait).
 - ``2 <= B <= 16``: ``gemv_mma``, 16 weight rows per 256-thread block streamed straight into tensor-core
-  fragments (8 x 16-byte loads in flight per lane, 3 blocks per SM); each weight row is read once per launch.
+  fragments (4 x 2 16-byte loads in flight per lane, 3 blocks per SM, or 2 where ``mma_two_per_sm`` says);
+  each weight row is read once per launch.
 - ``B > 16``: ``gemm_tc``, 64 x 64 output tiles on tensor cores (mma.sync bf16, fp32 accumulate).
 
 These choices follow measurements on the H200 (benchmarks/gemv_bandwidth.py --alternatives, benchmarks/NOTES.md):
@@ -41,8 +42,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-__all__ = ["OUT_MODES", "PARTIAL", "X_OPS", "SMS", "GemvPlan", "Launch", "gemv_plan", "max_workspace_bytes",
-           "tc_target_blocks"]
+__all__ = ["MMA_TWO_PER_SM_SHARED", "OUT_MODES", "PARTIAL", "X_OPS", "SMS", "GemvPlan", "Launch", "gemv_plan",
+           "max_workspace_bytes", "mma_two_per_sm", "tc_target_blocks"]
 
 OUT_MODES = {"bf16": 0, "residual": 1, "f32": 2, "silu": 4}  # the `mode` argument of kernels/gemv.cu
 PARTIAL = 3  # mode: write fp32 partials of one K split
@@ -50,6 +51,11 @@ X_OPS = {"plain": 0, "rmsnorm": 1}  # the `x_op` argument of kernels/gemv.cu
 SMS = 132  # streaming multiprocessors of the H200
 TC_TILE = 64  # gemm_tc output tile edge (TC_M == TC_N in gemv.cu)
 MMA_ROWS = 16  # weight rows per gemv_mma block
+MMA_ROUND_K = 1024  # gemv_mma: K one round of loads covers (8 warps x 4 slabs x 32)
+# gemv_mma: unused dynamic shared memory that caps it at 2 blocks per SM (30 KiB of static arrays + 48 KiB: a
+# third block would need 3 x 79 KiB of the SM's 228, counting the 1 KiB per block the driver reserves). A GPU test
+# reads the occupancy back (tests/test_kernels_proj.py::test_gemv_mma_two_per_sm).
+MMA_TWO_PER_SM_SHARED = 48 * 1024
 REDUCE_THREADS = 256
 GEMV_WARPS_PER_SM = 32  # gemv: warps per SM in its one wave (4 blocks x 8 warps, 64 registers each)
 GEMV_BLOCK_WARPS = 8  # gemv: warps per block
@@ -135,6 +141,19 @@ def tc_target_blocks(B: int) -> int:
     return (3 if B <= TC_TILE else 2) * SMS
 
 
+def mma_two_per_sm(B: int, blocks: int, k_chunk: int) -> bool:
+    """Whether ``gemv_mma`` runs capped at 2 blocks per SM (``MMA_TWO_PER_SM_SHARED``) instead of 3: at B >= 8,
+    for grids that fit one wave at 2 per SM and whose K range one round of loads covers (``k_chunk <= 1024``).
+
+    Measured in the decode step (graph, context 512, H200, session 11; the cap alone, same kernel): small B = 8 /
+    16 356 / 501 -> 343 / 461 us (qkv, gate_up, and o and down after their K split). The cap lost at B = 2 / 4
+    (292 / 322 -> 301 / 332 us), and on 1b's o and down, whose longer K ranges take several rounds (1b B = 8
+    1259 -> 1299 us with o, 1321 with o and down). Those two were measured with an 8-slab gemv_mma, which
+    runs 2 blocks per SM by its registers and matched the cap to 1 us where both were measured.
+    """
+    return B >= 8 and blocks <= 2 * SMS and k_chunk <= MMA_ROUND_K
+
+
 def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = None,
               splits: int | None = None, x_op: str = "plain") -> GemvPlan:
     """The launch plan for ``y[B, N] (out) op(x)[B, K] @ W[N, K]^T``; ``K % 8 == 0`` (16-byte rows); ``out ==
@@ -193,6 +212,8 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         block, tiles = (256, 1, 1), math.ceil(N / MMA_ROWS)
         splits, k_chunk = _splits(tiles, K, SMS // 2, 1024, splits)
         grid = (tiles, splits, 1)
+        if mma_two_per_sm(B, tiles * splits, k_chunk):
+            shared = MMA_TWO_PER_SM_SHARED
     elif kernel == "gemm_tc":
         block, tm, tn = (128, 1, 1), math.ceil(B / TC_TILE), math.ceil(N / TC_TILE)
         splits, k_chunk = _splits(tm * tn, K, tc_target_blocks(B), 256, splits)
