@@ -3,7 +3,7 @@
 # $OUT/results.tgz. Used for the README's results. PART picks what runs (a call is limited to 10 minutes):
 #   OUT=out PART=tests bash benchmarks/run_on_device.sh     GPU tests, memcheck, demos, break, update rules
 #   OUT=out PART=race bash benchmarks/run_on_device.sh      racecheck over every kernel at small shapes (~100x slower
-#                                                            than the tests: it ran past 150 s in sessions 9 and 10)
+#                                                            than the tests)
 #   OUT=out PART=bench bash benchmarks/run_on_device.sh     python -m rawgraphs bench all (args passed on, e.g. --quick)
 #   OUT=out bash benchmarks/run_on_device.sh [--quick]      all three
 # TESTS="tests/test_x.py ..." narrows the GPU tests.
@@ -30,8 +30,13 @@ if [ "$PART" = tests ] || [ "$PART" = all ]; then
   timeout 60 python3 benchmarks/update_rules.py --out "$R" 2>&1 | tail -9
 fi
 if [ "$PART" = race ] || [ "$PART" = all ]; then
-  # every kernel (each gemv test runs every kernel at many B) at small shapes; gemv's any-grid tests have their own run
-  RACE_DEFAULT="99-40 or (2304-768 and not any_grid) or argmax or sample or rope or rmsnorm or silu or embedding or 37-4-2 or 3-6-2 or 3-16-2-128"
+  # Every kernel once, at small shapes: test_gemv[99-40] runs gemv, gemv_mma, gemm_tc and splitk_reduce at every B;
+  # any_grid 64-9000 wraps gemv's cp.async rings; inactive 768-2048 runs gemm_tc over 32 double-buffered K tiles.
+  # (The keyword selection of sessions 9-10 also matched the 1b-sized silu and any-grid tests and ran past 150 s.)
+  RACE_DEFAULT="(embedding and 512-64) or (rmsnorm_and and 768-37) or (silu_mul and 192) or (gemv_silu and 198-40)"
+  RACE_DEFAULT="$RACE_DEFAULT or (test_gemv and 99-40) or (any_grid and (98-40 or 64-9000))"
+  RACE_DEFAULT="$RACE_DEFAULT or (inactive and (98-40 or 768-2048-plain))"
+  RACE_DEFAULT="$RACE_DEFAULT or (argmax and 5-32001) or (sample and 2-1001) or 37-4-2 or 3-6-2 or 3-16-2-128"
   timeout 540 compute-sanitizer --tool racecheck --error-exitcode 7 python3 -m pytest -q -m gpu \
     tests/test_kernels_proj.py tests/test_kernels_attn.py -p no:cacheprovider -k "${RACECHECK_K:-$RACE_DEFAULT}" \
     > "$R/racecheck.log" 2>&1
