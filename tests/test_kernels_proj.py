@@ -91,7 +91,7 @@ def test_gemv_plan(B, N, K):
         assert plan.launches("y", "x", "w", None, B, N, K)[0].args["parts"] == plan.parts
     else:
         rows_per_block = 16 if B <= 16 else 64
-        capped = B <= 16 and mma_two_per_sm(B, math.prod(plan.grid), plan.k_chunk)
+        capped = B <= 16 and mma_two_per_sm(B, math.prod(plan.grid))
         assert plan.grid[0 if B <= 16 else 1] * rows_per_block >= N
         assert plan.shared == (MMA_TWO_PER_SM_SHARED if capped else 0)
         if B > 16:
@@ -154,12 +154,12 @@ def test_gemv_plan_silu(B, N, K):
 
 
 @pytest.mark.parametrize("B,N,K,out,capped", [
-    (8, 2304, 768, "bf16", True),        # small qkv: 144 blocks, K in one round of loads
-    (16, 4096, 768, "silu", True),       # small gate_up: 256 blocks
-    (8, 768, 2048, "residual", True),    # small down: K split in two 1024-long ranges (96 blocks)
-    (4, 2304, 768, "bf16", False),       # B < 8
-    (8, 2048, 2048, "residual", False),  # 1b o: 128 blocks, but K takes two rounds
-    (8, 6144, 2048, "bf16", False),      # 1b qkv: 384 blocks
+    (8, 2304, 768, "bf16", True),       # small qkv: 144 blocks
+    (16, 4096, 768, "silu", True),      # small gate_up: 256 blocks
+    (8, 768, 2048, "residual", True),   # small down: 48 rows of blocks, K split in two (96 blocks)
+    (16, 2048, 5632, "residual", True),  # 1b down: 128 blocks
+    (4, 2304, 768, "bf16", False),      # B < 8
+    (8, 6144, 2048, "bf16", False),     # 1b qkv: 384 blocks
     (8, 32000, 768, "f32", False),       # LM head: 2000 blocks
 ])
 def test_gemv_mma_two_per_sm_plan(B, N, K, out, capped):

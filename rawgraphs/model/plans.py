@@ -51,7 +51,6 @@ X_OPS = {"plain": 0, "rmsnorm": 1}  # the `x_op` argument of kernels/gemv.cu
 SMS = 132  # streaming multiprocessors of the H200
 TC_TILE = 64  # gemm_tc output tile edge (TC_M == TC_N in gemv.cu)
 MMA_ROWS = 16  # weight rows per gemv_mma block
-MMA_ROUND_K = 1024  # gemv_mma: K one round of loads covers (8 warps x 4 slabs x 32)
 # gemv_mma: unused dynamic shared memory that caps it at 2 blocks per SM (30 KiB of static arrays + 48 KiB: a
 # third block would need 3 x 79 KiB of the SM's 228, counting the 1 KiB per block the driver reserves). A GPU test
 # reads the occupancy back (tests/test_kernels_proj.py::test_gemv_mma_two_per_sm).
@@ -141,17 +140,19 @@ def tc_target_blocks(B: int) -> int:
     return (3 if B <= TC_TILE else 2) * SMS
 
 
-def mma_two_per_sm(B: int, blocks: int, k_chunk: int) -> bool:
+def mma_two_per_sm(B: int, blocks: int) -> bool:
     """Whether ``gemv_mma`` runs capped at 2 blocks per SM (``MMA_TWO_PER_SM_SHARED``) instead of 3: at B >= 8,
-    for grids that fit one wave at 2 per SM and whose K range one round of loads covers (``k_chunk <= 1024``).
+    for grids that fit one wave at 2 per SM.
 
-    Measured in the decode step (graph, context 512, H200, session 11; the cap alone, same kernel): small B = 8 /
-    16 356 / 501 -> 343 / 461 us (qkv, gate_up, and o and down after their K split). The cap lost at B = 2 / 4
-    (292 / 322 -> 301 / 332 us), and on 1b's o and down, whose longer K ranges take several rounds (1b B = 8
-    1259 -> 1299 us with o, 1321 with o and down). Those two were measured with an 8-slab gemv_mma, which
-    runs 2 blocks per SM by its registers and matched the cap to 1 us where both were measured.
+    Measured in the decode step (graph, context 512, H200, session 11, the same kernel with and without the
+    cap): small B = 8 / 16 356 / 501 -> 343 / 461 us (qkv, gate_up, and o and down after their K split); 1b B = 8 /
+    16 1262 / 1707 -> 1251 / 1659 us (o and down). At B = 2 / 4 the cap lost on small (293 / 322 -> 295 / 327 us).
+    Our reading (not measured): such a grid is one wave either way, but allowed 3 per SM the block scheduler can
+    stack 3 on the SMs that free first (under PDL the previous kernel still holds the others), and those SMs
+    finish last; capped, the blocks spread. An 8-slab gemv_mma (123 registers, so also 2 blocks per SM) matched
+    the cap on small but lost on 1b (B = 8 1321 us).
     """
-    return B >= 8 and blocks <= 2 * SMS and k_chunk <= MMA_ROUND_K
+    return B >= 8 and blocks <= 2 * SMS
 
 
 def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = None,
@@ -212,7 +213,7 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         block, tiles = (256, 1, 1), math.ceil(N / MMA_ROWS)
         splits, k_chunk = _splits(tiles, K, SMS // 2, 1024, splits)
         grid = (tiles, splits, 1)
-        if mma_two_per_sm(B, tiles * splits, k_chunk):
+        if mma_two_per_sm(B, tiles * splits):
             shared = MMA_TWO_PER_SM_SHARED
     elif kernel == "gemm_tc":
         block, tm, tn = (128, 1, 1), math.ceil(B / TC_TILE), math.ceil(N / TC_TILE)
