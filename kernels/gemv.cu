@@ -165,6 +165,7 @@ __device__ __forceinline__ void rows_scale(float* scale_s, const bf16* __restric
     for (int r = warp; r < rows; r += nwarps) {
         if (scale_s[r] == 0.0f) continue;  // warp-uniform
         const float ss = warp_sum(row_sumsq(x, b0 + r, K, lane, 32));
+        __syncwarp();  // every lane's read of scale_s[r] above is ordered before lane 0 overwrites it (racecheck)
         if (lane == 0) scale_s[r] = rsqrtf(ss / (float)K + eps);
     }
     __syncthreads();
