@@ -55,7 +55,7 @@ TC_TILE = 64  # gemm_tc output tile edge (TC_M == TC_N in gemv.cu)
 MMA_ROWS = 16  # weight rows per gemv_mma block
 # gemv_mma: unused dynamic shared memory that caps it at 2 blocks per SM (30 KiB of static arrays + 48 KiB: a
 # third block would need 3 x 79 KiB of the SM's 228, counting the 1 KiB per block the driver reserves). A GPU test
-# reads the occupancy back (tests/test_kernels_proj.py::test_gemv_mma_two_per_sm).
+# reads the occupancy back (tests/test_kernels_proj.py::test_plans_blocks_per_sm).
 MMA_TWO_PER_SM_SHARED = 48 * 1024
 REDUCE_THREADS = 256
 GEMV_WARPS_PER_SM = 24  # gemv: warps per SM in its one wave (3 blocks x 8 warps; see GEMV_THREE_PER_SM_SHARED)
