@@ -60,8 +60,10 @@ def _prompts(args, cfg) -> list[list[int]]:
 def _plan_row(ln) -> dict:
     if isinstance(ln, AllReduce):
         return {"launch": ln.name, "kernel": f"NCCL all-reduce (sum over {ln.comm.size} ranks)", "grid": "",
-                "block": ""}
-    return {"launch": ln.name, "kernel": ln.kernel.name, "grid": str(ln.shape.grid), "block": str(ln.shape.block[0])}
+                "block": "", "shared": ""}
+    # dynamic shared memory: what a kernel uses, or unused bytes that cap its blocks per SM (plans.py)
+    return {"launch": ln.name, "kernel": ln.kernel.name, "grid": str(ln.shape.grid), "block": str(ln.shape.block[0]),
+            "shared": f"{ln.shape.shared / 1024:.1f} KiB" if ln.shape.shared else "0"}
 
 
 def print_plan(cfg: ModelConfig, B: int, prompt_len: int, n_new: int, tp: int = 0) -> None:
@@ -75,7 +77,7 @@ def print_plan(cfg: ModelConfig, B: int, prompt_len: int, n_new: int, tp: int = 
     launches = model.step_launches(B)
     shown = [ln for ln in launches if not ln.name.startswith("L") or ln.name.startswith("L0.")]
     rank = f", one rank of {tp} (H={local.n_heads} KVH={local.n_kv_heads} F={local.ffn_dim})" if tp else ""
-    print(format_table([_plan_row(ln) for ln in shown], ["launch", "kernel", "grid", "block"],
+    print(format_table([_plan_row(ln) for ln in shown], ["launch", "kernel", "grid", "block", "shared"],
                        title=f"decode step plan, B={B}{rank} (layers 1..{cfg.n_layers - 1} repeat layer 0)"))
     ctx, c = [prompt_len + n_new] * B, model.cfg
     n_ar = sum(isinstance(ln, AllReduce) for ln in launches)

@@ -35,10 +35,14 @@ def test_compile_prints_a_table_of_every_kernel(tmp_path):
 
 @no_gpu
 def test_demo_without_gpu_compiles_and_prints_the_plan():
-    rc, out = run("demo", "--model", "1b", "--batch", "2")
+    rc, out = run("demo", "--model", "1b", "--batch", "8")
     assert rc == 0
-    assert "No NVIDIA GPU" in out and "decode step plan, B=2" in out and "L0.qkv" in out
+    assert "No NVIDIA GPU" in out and "decode step plan, B=8" in out
     assert "kernels per step" in out and "floor" in out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("L0.", "lm_head"))}
+    # shared memory: gemv_mma's grid of 384 blocks runs uncapped, o's 128 blocks capped at 2 per SM by 48 KiB
+    assert rows["L0.qkv"][1] == "gemv_mma" and rows["L0.qkv"][-1] == "0"
+    assert rows["L0.o_proj"][1] == "gemv_mma" and rows["L0.o_proj"][-2:] == ["48.0", "KiB"]
 
 
 @no_gpu
