@@ -10,6 +10,7 @@ GEMV results must be bit-identical across two runs (split-K reduces in a fixed o
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 
 import ml_dtypes
@@ -172,6 +173,39 @@ def test_gemv_mma_two_per_sm_plan(B, N, K, out, capped):
     plan = gemv_plan(B, N, K, out)
     assert plan.kernel == "gemv_mma" and plan.shared == (MMA_TWO_PER_SM_SHARED if capped else 0)
     assert all(ln.shared == plan.shared for ln in plan.launches("y", "x", "w", "ws", B, N, K)[:1])
+
+
+def ptxas_usage(file: str) -> dict[str, tuple[int, int]]:
+    """(registers per thread, static shared bytes) of every kernel in ``kernels/<file>.cu``, from ptxas -v."""
+    log = compile_file(file, arch="sm_90", options=("--ptxas-options=-v",), use_cache=False).log
+    usage, name = {}, None
+    for line in log.splitlines():
+        if m := re.search(r"Function properties for (\w+)", line):
+            name = m.group(1)
+        elif name and (m := re.search(r"Used (\d+) registers.*?(?:(\d+) bytes smem|$)", line)):
+            usage[name] = (int(m.group(1)), int(m.group(2) or 0))
+    return usage
+
+
+def h200_blocks_per_sm(registers: int, static: int, dynamic: int, threads: int = 256) -> int:
+    """The occupancy calculator's answer on an H200 (sm_90: 64K registers, 228 KiB of shared memory and 2048
+    threads per SM, 1 KiB of shared memory reserved per block). test_plans_blocks_per_sm checks the plans
+    against the driver itself on the GPU; this checks them in CI against what ptxas says the kernels use."""
+    return min(65536 // (registers * threads), 228 * 1024 // (static + dynamic + 1024), 2048 // threads)
+
+
+def test_occupancy_caps_hold_for_the_compiled_kernels():
+    """The shared-memory caps of plans.py give the blocks per SM they claim for the kernels as compiled now (a
+    kernel that grew its static shared memory or registers would silently change them): gemv 3 (4 uncapped),
+    gemv_mma 2 under its cap (3 uncapped)."""
+    use = ptxas_usage("gemv")
+    for N, K, out in [(6144, 2048, "bf16"), (2048, 5632, "residual"), (32000, 2048, "f32"), (11264, 2048, "silu")]:
+        plan = gemv_plan(1, N, K, out)
+        used = 8 * (8 * 512 + 64) + 2 * plan.k_chunk
+        assert h200_blocks_per_sm(*use["gemv"], plan.shared) == 3 < h200_blocks_per_sm(*use["gemv"], used) == 4
+    capped = gemv_plan(8, 2304, 768)
+    assert capped.shared == MMA_TWO_PER_SM_SHARED
+    assert h200_blocks_per_sm(*use["gemv_mma"], capped.shared) == 2 < h200_blocks_per_sm(*use["gemv_mma"], 0) == 3
 
 
 @pytest.mark.parametrize("kernel,rows,threads",
