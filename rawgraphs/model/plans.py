@@ -3,7 +3,7 @@
 ``gemv_plan(B, N, K, out)`` picks the kernel, grid, block and split-K factor for
 ``y[B, N] = x[B, K] @ W[N, K]^T`` on an H200-class GPU (132 SMs):
 
-- ``B == 1``: ``gemv``, one wave of 8-warp blocks, 3 on every SM (``SMS * 24`` warps; its 64 registers would
+- ``B == 1``: ``gemv``, one wave of 8-warp blocks, at most 3 per SM (``SMS * 24`` warps; its 64 registers would
   fit 4, and unused shared memory keeps a fourth off); groups of ``parts`` warps own whole weight rows and
   stream them through per-warp cp.async rings (7 x 512 bytes in flight per warp, the first ring issued before
   the PDL wait).
@@ -181,7 +181,7 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
     kernel = kernel or ("gemv" if B == 1 else "gemv_mma" if B <= 16 else "gemm_tc")
     shared, parts = 0, 1
     if kernel == "gemv":
-        # One wave of 3 blocks per SM: each group of `parts` warps owns ceil(N / groups) whole rows, so every
+        # One wave of at most 3 blocks per SM: each group of `parts` warps owns ceil(N / groups) whole rows, so every
         # warp streams the same bytes; a short N splits each row's chunks over 2-8 warps instead of leaving
         # warps idle. 3 capped blocks per SM beat 4 (GEMV_THREE_PER_SM_SHARED); 2 uncapped blocks' worth of warps
         # lost 45% (1b B = 1, session 2: probably the same stacking as 3 uncapped, benchmarks/NOTES.md).
