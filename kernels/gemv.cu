@@ -588,7 +588,7 @@ __device__ __forceinline__ void gemv_body(void* y, const bf16* __restrict__ x, c
     }
 }
 
-// 64 registers at most: 4 blocks of 8 warps fill an SM (plans.py sizes the grid for that).
+// 64 registers at most: 4 blocks of 8 warps would fit an SM; plans.py runs 3 (GEMV_THREE_PER_SM_SHARED).
 extern "C" __global__ void __launch_bounds__(256, 4) gemv(void* y, const bf16* __restrict__ x,
                                                           const bf16* __restrict__ w, const bf16* __restrict__ norm,
                                                           const int* __restrict__ positions, int B, int N, int K,

@@ -3,9 +3,10 @@
 ``gemv_plan(B, N, K, out)`` picks the kernel, grid, block and split-K factor for
 ``y[B, N] = x[B, K] @ W[N, K]^T`` on an H200-class GPU (132 SMs):
 
-- ``B == 1``: ``gemv``, one wave of 8-warp blocks that fills every SM (4 blocks of 8 warps at 64 registers,
-  ``SMS * 32`` warps); groups of ``parts`` warps own whole weight rows and stream them through per-warp
-  cp.async rings (7 x 512 bytes in flight per warp, the first ring issued before the PDL wait).
+- ``B == 1``: ``gemv``, one wave of 8-warp blocks, at most 3 per SM (``SMS * 24`` warps; its 64 registers would
+  fit 4, and unused shared memory keeps a fourth off); groups of ``parts`` warps own whole weight rows and
+  stream them through per-warp cp.async rings (7 x 512 bytes in flight per warp, the first ring issued before
+  the PDL wait).
 - ``2 <= B <= 16``: ``gemv_mma``, 16 weight rows per 256-thread block streamed straight into tensor-core
   fragments (4 x 2 16-byte loads in flight per lane, 3 blocks per SM, or 2 where ``mma_two_per_sm`` says);
   each weight row is read once per launch.
@@ -13,7 +14,8 @@
 
 These choices follow measurements on the H200 (benchmarks/gemv_bandwidth.py --alternatives, benchmarks/NOTES.md):
 at B = 1 the one-wave ``gemv`` took the 1b decode step from 0.97 to 0.83 ms (graph, context 512) where the
-previous 4-rows-per-block GEMV and the same kernel with half the grid (16 warps per SM, 1.18 ms) lost; at B = 8
+previous 4-rows-per-block GEMV and the same kernel with half the grid (16 warps per SM, uncapped, 1.18 ms) lost
+(session 11: 3 blocks per SM, capped, beat 4: 1b 0.716 -> 0.700 ms); at B = 8
 ``gemv_mma`` takes 40-50% less time than B passes of a CUDA-core GEMV; at B = 64 and 256 ``gemm_tc`` wins.
 
 When the grid would leave SMs idle (``gemm_tc``: fewer than ``tc_target_blocks(B)`` blocks; ``gemv_mma``: fewer
@@ -56,7 +58,12 @@ MMA_ROWS = 16  # weight rows per gemv_mma block
 # reads the occupancy back (tests/test_kernels_proj.py::test_plans_blocks_per_sm).
 MMA_TWO_PER_SM_SHARED = 48 * 1024
 REDUCE_THREADS = 256
-GEMV_WARPS_PER_SM = 32  # gemv: warps per SM in its one wave (4 blocks x 8 warps, 64 registers each)
+GEMV_WARPS_PER_SM = 24  # gemv: warps per SM in its one wave (3 blocks x 8 warps; see GEMV_THREE_PER_SM_SHARED)
+# gemv: dynamic shared bytes at least, so an SM holds 3 of its blocks, not the 4 its registers allow (4 x 59 KiB
+# with the static part and the driver's 1 KiB per block > 228 KiB). The room left lets the next kernel's blocks
+# start under PDL; without the cap the block scheduler stacks 4 on some SMs, which finish last. Decode step, graph,
+# B = 1 (H200, session 11): 1b 716 -> 700 us, small 230 -> 224; 24 warps per SM without the cap 819 / 235 us.
+GEMV_THREE_PER_SM_SHARED = 58 * 1024
 GEMV_BLOCK_WARPS = 8  # gemv: warps per block
 GEMV_CHUNK = 256  # gemv: K elements per streamed chunk (PIPE_CHUNK in gemv.cu)
 GEMV_RING = 8 * 512  # gemv: bytes of one warp's cp.async ring (PIPE_STAGES x PIPE_CHUNK bf16)
@@ -174,10 +181,10 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
     kernel = kernel or ("gemv" if B == 1 else "gemv_mma" if B <= 16 else "gemm_tc")
     shared, parts = 0, 1
     if kernel == "gemv":
-        # One wave that fills every SM: each group of `parts` warps owns ceil(N / groups) whole rows, so every
+        # One wave of at most 3 blocks per SM: each group of `parts` warps owns ceil(N / groups) whole rows, so every
         # warp streams the same bytes; a short N splits each row's chunks over 2-8 warps instead of leaving
-        # warps idle. Half the warps per SM measured 45% slower in the decode step (1b B = 1): with room left
-        # on the SMs, the next kernels' blocks start early and slow this one down.
+        # warps idle. 3 capped blocks per SM beat 4 (GEMV_THREE_PER_SM_SHARED); 2 uncapped blocks' worth of warps
+        # lost 45% (1b B = 1, session 2: probably the same stacking as 3 uncapped, benchmarks/NOTES.md).
         chunks = math.ceil(K / GEMV_CHUNK)
         target = SMS * GEMV_WARPS_PER_SM
         while parts < 8 and N * parts * 2 <= target and parts * 2 <= chunks:
@@ -194,19 +201,20 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         if units * parts <= target:  # one unit per group, within one wave
             groups = units
         elif splits == 1:
-            # More units than groups: a grid of exactly GEMV_WARPS_PER_SM warps per SM, the most that fit, so
-            # every SM gets the same share however the blocks are placed (ceil(units / rows per group) blocks left
-            # some SMs 4 blocks and others 1-3 in the decode step, rawgraphs.model.trace, and those SMs finished
-            # last), and 1 or 2 warps per unit, whichever leaves the busiest warp fewer chunks (ties: 1). 1b B = 1
-            # step 0.728 -> 0.715 ms (LM head 32.9 -> 31.7 us); 4 or 8 warps per unit lost (0.759 ms, LM head
-            # 43.1 us: a warp reduction and a shared-memory round per chunk). H200, session 9.
+            # More units than groups: a grid of exactly GEMV_WARPS_PER_SM warps per SM, the most the cap lets
+            # in, so every SM gets the same share however the blocks are placed (ceil(units / rows per group)
+            # blocks left some SMs 4 blocks and others 1-3 in the decode step, rawgraphs.model.trace, and those SMs
+            # finished last; measured at 4 blocks per SM), and 1 or 2 warps per unit, whichever leaves the
+            # busiest warp fewer chunks (ties: 1). 1b B = 1 step 0.728 -> 0.715 ms (LM head 32.9 -> 31.7 us); 4 or
+            # 8 warps per unit lost (0.759 ms, LM head 43.1 us: a warp reduction and a shared-memory round per
+            # chunk). H200, session 9.
             parts = min((p for p in (1, 2) if p <= unit_chunks),
                         key=lambda p: (math.ceil(units * p / target) * math.ceil(unit_chunks / p), p))
             groups = target // parts
         else:
             groups = math.ceil(units / math.ceil(units * parts / target))
         grid = (math.ceil(groups * parts / GEMV_BLOCK_WARPS), splits, 1)
-        shared = rings + 2 * k_chunk
+        shared = max(rings + 2 * k_chunk, GEMV_THREE_PER_SM_SHARED)
     elif kernel == "gemv_mma":
         # Measured: 128 blocks (N = 2048) unsplit beat 2 or 3 splits (the reduce launch costs more than the
         # idle SMs), so split only grids below half the SMs.
