@@ -23,12 +23,12 @@
 //   extra argument parts int32 (1, 2, 4, 8): warps per row (OUT_SILU: per gate/up row pair).
 // gemv_mma (2 <= B <= 16; passes of 8 / 16 / 32 batch rows): GEMV on tensor cores, W streamed from global
 //   memory straight into mma.sync A fragments (8 x 16-byte loads in flight per lane), x^T as the B operand.
-//   grid = (ceil(N / 16), splits), block = (256,) (exactly), shared = 0 (static); OUT_SILU: a block owns
+//   grid = (ceil(N / 16), splits), block = (256,) exactly, shared = 0 or unused (static arrays); OUT_SILU: a block owns
 //   8 gate rows and their 8 up rows (same grid)
 // gemm_tc (B > 16): tiled skinny GEMM on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate). A block owns
 //   a 64 (batch) x 64 (weight rows) tile and one K range; 64-wide K tiles, double-buffered in shared memory
 //   with the next tile prefetched into registers.
-//   grid = (ceil(B / 64), ceil(N / 64), splits), block = (128,) (exactly), shared = 0 (36 KiB static);
+//   grid = (ceil(B / 64), ceil(N / 64), splits), block = (128,) (exactly), shared = 0 or unused (36 KiB static);
 //   OUT_SILU: a tile holds 32 gate rows and their 32 up rows (same grid)
 // splitk_reduce: y = epilogue(sum_{s < splits} partial[s]) in fixed order (bit-identical run to run).
 //   grid = (ceil(B * N / 256),) (OUT_SILU: ceil(B * N / 2 / 256)), block = (256,), shared = 0
@@ -62,7 +62,7 @@
 // gemv_mma: 32-wide K slabs in flight per lane (2 x 16 bytes each). 4 fit in 80 registers, so 3 blocks share an
 // SM (__launch_bounds__(256, 3)); 8 needed 123 (2 blocks per SM). 1b B = 8 graph 1.42 -> 1.26 ms: qkv (384 blocks),
 // gate_up (704) and the LM head (2000) run in fewer waves. small B = 8 went 0.34 -> 0.36 ms by the occupancy, not
-// the depth: plans.py caps such grids at 2 blocks per SM again (mma_two_per_sm). Also measured: 2 slabs at 4 blocks
+// the depth: plans.py caps such grids at 2 blocks per SM again (two_per_sm). Also measured: 2 slabs at 4 blocks
 // per SM (1.27 ms), 4 slabs at 2 (1.30 ms). H200 A/B tables: benchmarks/NOTES.md, sessions 10, 11. Staging x in
 // shared memory lost (1.47-1.52 ms): x's loads inside the MMA loop are not what limits B = 8.
 #define GEMV_MMA_UNROLL 4

@@ -20,15 +20,15 @@ import pytest
 from rawgraphs.compiler import compile_file
 from rawgraphs.model import reference as ref
 from rawgraphs.model.plans import (
-    MMA_TWO_PER_SM_SHARED,
     OUT_MODES,
     PARTIAL,
     SMS,
+    TWO_PER_SM_SHARED,
     X_OPS,
     gemv_plan,
     max_workspace_bytes,
-    mma_two_per_sm,
     tc_target_blocks,
+    two_per_sm,
 )
 
 BF16 = ml_dtypes.bfloat16
@@ -93,9 +93,8 @@ def test_gemv_plan(B, N, K):
         assert plan.launches("y", "x", "w", None, B, N, K)[0].args["parts"] == plan.parts
     else:
         rows_per_block = 16 if B <= 16 else 64
-        capped = B <= 16 and mma_two_per_sm(B, math.prod(plan.grid))
         assert plan.grid[0 if B <= 16 else 1] * rows_per_block >= N
-        assert plan.shared == (MMA_TWO_PER_SM_SHARED if capped else 0)
+        assert plan.shared == (TWO_PER_SM_SHARED if two_per_sm(B, math.prod(plan.grid)) else 0)
         if B > 16:
             assert plan.grid[0] * 64 >= B
         blocks = math.prod(plan.grid) // plan.splits
@@ -167,11 +166,20 @@ def test_gemv_plan_silu(B, N, K):
     (4, 2304, 768, "bf16", False),      # B < 8
     (8, 6144, 2048, "bf16", False),     # 1b qkv: 384 blocks
     (8, 32000, 768, "f32", False),       # LM head: 2000 blocks
+    (32, 2048, 2048, "residual", True),  # gemm_tc, 1b o: 32 column tiles x 8 splits = 256 blocks
+    (64, 4096, 768, "silu", True),      # gemm_tc, small gate_up: 192 blocks
+    (256, 2304, 768, "bf16", False),    # gemm_tc, small qkv, 4 row tiles x 36 x 2 splits = 288 blocks
+    (256, 768, 768, "residual", True),  # gemm_tc, small o, 4 x 12 x 3 = 144 blocks
+    (37, 6144, 2048, "bf16", False),    # gemm_tc, 1b qkv: 480 blocks
+    (64, 32000, 768, "f32", False),      # gemm_tc, LM head: 500 blocks
 ])
-def test_gemv_mma_two_per_sm_plan(B, N, K, out, capped):
-    """gemv_mma is capped at 2 blocks per SM (unused dynamic shared memory) exactly where mma_two_per_sm says."""
+def test_two_per_sm_plan(B, N, K, out, capped):
+    """gemv_mma and gemm_tc are capped at 2 blocks per SM (unused dynamic shared memory) exactly where
+    two_per_sm says: grids of at most 2 x 132 blocks at B >= 8."""
     plan = gemv_plan(B, N, K, out)
-    assert plan.kernel == "gemv_mma" and plan.shared == (MMA_TWO_PER_SM_SHARED if capped else 0)
+    assert plan.kernel == ("gemv_mma" if B <= 16 else "gemm_tc")
+    assert plan.shared == (TWO_PER_SM_SHARED if capped else 0)
+    assert (B >= 8 and math.prod(plan.grid) <= 2 * SMS) == capped
     assert all(ln.shared == plan.shared for ln in plan.launches("y", "x", "w", "ws", B, N, K)[:1])
 
 
@@ -197,15 +205,19 @@ def h200_blocks_per_sm(registers: int, static: int, dynamic: int, threads: int =
 def test_occupancy_caps_hold_for_the_compiled_kernels():
     """The shared-memory caps of plans.py give the blocks per SM they claim for the kernels as compiled now (a
     kernel that grew its static shared memory or registers would silently change them): gemv 3 (4 uncapped),
-    gemv_mma 2 under its cap (3 uncapped)."""
+    gemv_mma 2 under its cap (3 uncapped), gemm_tc 2 under its cap (4 uncapped)."""
     use = ptxas_usage("gemv")
     for N, K, out in [(6144, 2048, "bf16"), (2048, 5632, "residual"), (32000, 2048, "f32"), (11264, 2048, "silu")]:
         plan = gemv_plan(1, N, K, out)
         used = 8 * (8 * 512 + 64) + 2 * plan.k_chunk
         assert h200_blocks_per_sm(*use["gemv"], plan.shared) == 3 < h200_blocks_per_sm(*use["gemv"], used) == 4
     capped = gemv_plan(8, 2304, 768)
-    assert capped.shared == MMA_TWO_PER_SM_SHARED
+    assert capped.shared == TWO_PER_SM_SHARED
     assert h200_blocks_per_sm(*use["gemv_mma"], capped.shared) == 2 < h200_blocks_per_sm(*use["gemv_mma"], 0) == 3
+    capped = gemv_plan(32, 2048, 2048)
+    assert capped.kernel == "gemm_tc" and capped.shared == TWO_PER_SM_SHARED
+    tc = h200_blocks_per_sm(*use["gemm_tc"], capped.shared, threads=128)
+    assert tc == 2 < h200_blocks_per_sm(*use["gemm_tc"], 0, threads=128) == 4
 
 
 @pytest.mark.parametrize("kernel,rows,threads",
@@ -503,7 +515,7 @@ def test_gemv_any_grid(mods, stream, rng, N, K, x_op, out):
 def test_plans_blocks_per_sm(mods):
     """The occupancy the plans are built on, read back from the driver: gemv 3 blocks per SM under its
     shared-memory cap (the one-wave grid of plans.py; 4 by its registers alone), gemv_mma 3, or 2 under the plan's
-    cap (test_gemv runs the capped plans)."""
+    cap, gemm_tc 4, or 2 under the cap (test_gemv runs the capped plans)."""
     from rawgraphs.kernel import LaunchShape
 
     def blocks(plan):
@@ -512,7 +524,10 @@ def test_plans_blocks_per_sm(mods):
     assert blocks(gemv_plan(1, 2048, 2048)) == 3 and blocks(gemv_plan(1, 2048, 5632, "residual")) == 3
     assert blocks(gemv_plan(8, 6144, 2048)) == 3
     capped = gemv_plan(8, 2304, 768)
-    assert capped.shared == MMA_TWO_PER_SM_SHARED and blocks(capped) == 2
+    assert capped.shared == TWO_PER_SM_SHARED and blocks(capped) == 2
+    assert blocks(gemv_plan(37, 6144, 2048)) == 4
+    capped = gemv_plan(32, 2048, 2048)
+    assert capped.kernel == "gemm_tc" and capped.shared == TWO_PER_SM_SHARED and blocks(capped) == 2
 
 
 @pytest.mark.gpu

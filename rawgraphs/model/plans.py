@@ -8,9 +8,10 @@
   stream them through per-warp cp.async rings (7 x 512 bytes in flight per warp, the first ring issued before
   the PDL wait).
 - ``2 <= B <= 16``: ``gemv_mma``, 16 weight rows per 256-thread block streamed straight into tensor-core
-  fragments (4 x 2 16-byte loads in flight per lane, 3 blocks per SM, or 2 where ``mma_two_per_sm`` says);
+  fragments (4 x 2 16-byte loads in flight per lane, 3 blocks per SM, or 2 where ``two_per_sm`` says);
   each weight row is read once per launch.
-- ``B > 16``: ``gemm_tc``, 64 x 64 output tiles on tensor cores (mma.sync bf16, fp32 accumulate).
+- ``B > 16``: ``gemm_tc``, 64 x 64 output tiles on tensor cores (mma.sync bf16, fp32 accumulate), 4 blocks per SM,
+  or 2 where ``two_per_sm`` says.
 
 These choices follow measurements on the H200 (benchmarks/gemv_bandwidth.py --alternatives, benchmarks/NOTES.md):
 at B = 1 the one-wave ``gemv`` took the 1b decode step from 0.97 to 0.83 ms (graph, context 512) where the
@@ -44,8 +45,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-__all__ = ["MMA_TWO_PER_SM_SHARED", "OUT_MODES", "PARTIAL", "X_OPS", "SMS", "GemvPlan", "Launch", "gemv_plan",
-           "max_workspace_bytes", "mma_two_per_sm", "tc_target_blocks"]
+__all__ = ["OUT_MODES", "PARTIAL", "TWO_PER_SM_SHARED", "X_OPS", "SMS", "GemvPlan", "Launch", "gemv_plan",
+           "max_workspace_bytes", "tc_target_blocks", "two_per_sm"]
 
 OUT_MODES = {"bf16": 0, "residual": 1, "f32": 2, "silu": 4}  # the `mode` argument of kernels/gemv.cu
 PARTIAL = 3  # mode: write fp32 partials of one K split
@@ -53,10 +54,11 @@ X_OPS = {"plain": 0, "rmsnorm": 1}  # the `x_op` argument of kernels/gemv.cu
 SMS = 132  # streaming multiprocessors of the H200
 TC_TILE = 64  # gemm_tc output tile edge (TC_M == TC_N in gemv.cu)
 MMA_ROWS = 16  # weight rows per gemv_mma block
-# gemv_mma: unused dynamic shared memory that caps it at 2 blocks per SM (30 KiB of static arrays + 48 KiB: a
-# third block would need 3 x 79 KiB of the SM's 228, counting the 1 KiB per block the driver reserves). A GPU test
-# reads the occupancy back (tests/test_kernels_proj.py::test_plans_blocks_per_sm).
-MMA_TWO_PER_SM_SHARED = 48 * 1024
+# gemv_mma and gemm_tc: unused dynamic shared memory that caps either at 2 blocks per SM (gemv_mma: 30 KiB of
+# static arrays + 48 KiB, a third block would need 3 x 79 KiB of the SM's 228, counting the 1 KiB per block the
+# driver reserves; gemm_tc: 36 KiB static, 3 x 85 KiB). A GPU test reads the occupancy back
+# (tests/test_kernels_proj.py::test_plans_blocks_per_sm), a CPU test checks it against ptxas -v.
+TWO_PER_SM_SHARED = 48 * 1024
 REDUCE_THREADS = 256
 GEMV_WARPS_PER_SM = 24  # gemv: warps per SM in its one wave (3 blocks x 8 warps; see GEMV_THREE_PER_SM_SHARED)
 # gemv: dynamic shared bytes at least, so an SM holds 3 of its blocks, not the 4 its registers allow (4 x 59 KiB
@@ -147,17 +149,20 @@ def tc_target_blocks(B: int) -> int:
     return (3 if B <= TC_TILE else 2) * SMS
 
 
-def mma_two_per_sm(B: int, blocks: int) -> bool:
-    """Whether ``gemv_mma`` runs capped at 2 blocks per SM (``MMA_TWO_PER_SM_SHARED``) instead of 3: at B >= 8,
-    for grids that fit one wave at 2 per SM.
+def two_per_sm(B: int, blocks: int) -> bool:
+    """Whether ``gemv_mma`` or ``gemm_tc`` runs capped at 2 blocks per SM (``TWO_PER_SM_SHARED``) instead of the 3
+    or 4 its registers allow: at B >= 8, for grids that fit one wave at 2 per SM.
 
-    Measured in the decode step (graph, context 512, H200, session 11, the same kernel with and without the
-    cap): small B = 8 / 16 356 / 501 -> 343 / 461 us (qkv, gate_up, and o and down after their K split); 1b B = 8 /
-    16 1262 / 1707 -> 1251 / 1659 us (o and down). At B = 2 / 4 the cap lost on small (293 / 322 -> 295 / 327 us).
-    Our reading (not measured): such a grid is one wave either way, but allowed 3 per SM the block scheduler can
-    stack 3 on the SMs that free first (under PDL the previous kernel still holds the others), and those SMs
-    finish last; capped, the blocks spread. An 8-slab gemv_mma (123 registers, so also 2 blocks per SM) matched
-    the cap on small but lost on 1b (B = 8 1321 us).
+    Measured in the decode step (graph, context 512, H200, the same kernel with and without the cap):
+    - gemv_mma (session 11): small B = 8 / 16 356 / 501 -> 343 / 461 us (qkv, gate_up, and o and down after their
+      K split); 1b B = 8 / 16 1262 / 1707 -> 1251 / 1659 us (o and down). At B = 2 / 4 the cap lost on small
+      (293 / 322 -> 295 / 327 us). An 8-slab gemv_mma (123 registers, so also 2 blocks per SM) matched the cap on
+      small but lost on 1b (B = 8 1321 us).
+    - gemm_tc (session 12; 4 blocks per SM uncapped): 1b B = 32 / 64 2.70 / 3.63 -> 2.39 / 3.51 ms (o: 256
+      blocks), small B = 32 / 64 1.12 / 1.65 -> 1.09 / 1.56 ms (every projection but the LM head).
+    Our reading (not measured): such a grid is one wave either way, but allowed more per SM the block scheduler
+    can stack them on the SMs that free first (under PDL the previous kernel still holds the others), and those
+    SMs finish last; capped, the blocks spread.
     """
     return B >= 8 and blocks <= 2 * SMS
 
@@ -221,12 +226,14 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         block, tiles = (256, 1, 1), math.ceil(N / MMA_ROWS)
         splits, k_chunk = _splits(tiles, K, SMS // 2, 1024, splits)
         grid = (tiles, splits, 1)
-        if mma_two_per_sm(B, tiles * splits):
-            shared = MMA_TWO_PER_SM_SHARED
+        if two_per_sm(B, tiles * splits):
+            shared = TWO_PER_SM_SHARED
     elif kernel == "gemm_tc":
         block, tm, tn = (128, 1, 1), math.ceil(B / TC_TILE), math.ceil(N / TC_TILE)
         splits, k_chunk = _splits(tm * tn, K, tc_target_blocks(B), 256, splits)
         grid = (tm, tn, splits)
+        if two_per_sm(B, tm * tn * splits):
+            shared = TWO_PER_SM_SHARED
     else:
         raise ValueError(f"unknown gemv kernel {kernel!r}; one of gemv, gemv_mma, gemm_tc")
     mode = OUT_MODES[out]
