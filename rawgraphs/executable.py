@@ -15,7 +15,7 @@ from __future__ import annotations
 import ctypes
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cuda.bindings import driver
 
@@ -203,7 +203,8 @@ class GraphExec:
         self._live()
         rec = self._rec(node)
         s = rec.shape
-        shape = LaunchShape(grid or s.grid, block or s.block, s.shared if shared is None else shared)
+        shape = replace(s, grid=grid or s.grid, block=block or s.block,
+                        shared=s.shared if shared is None else shared)
         rec.node.kernel.prepare(shape)
         p = rec.params
         p.gridDimX, p.gridDimY, p.gridDimZ = shape.grid

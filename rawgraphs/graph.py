@@ -18,7 +18,7 @@ from cuda.bindings import driver
 from .capture_state import release
 from .context import Event, device
 from .errors import ClosedError, check
-from .kernel import Kernel, KernelArgs, LaunchShape
+from .kernel import Kernel, KernelArgs, LaunchShape, cluster_value
 from .memory import HostBuffer, _Array, as_view
 
 __all__ = ["Graph", "Node", "kernel_node_params"]
@@ -153,6 +153,15 @@ class Graph:
             h = check(driver.cuGraphAddKernelNode(self._live(), [d.handle for d in deps], len(deps),
                                                   kernel_node_params(kernel, shape, args)),
                       f"cuGraphAddKernelNode({kernel.name})")
+        if shape.clustered:  # kernel node params have no cluster field: it is a node attribute
+            attr = driver.CUkernelNodeAttrID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            value = cluster_value(shape.cluster, driver.CUkernelNodeAttrValue())
+            try:
+                check(driver.cuGraphKernelNodeSetAttribute(h, attr, value),
+                      f"cuGraphKernelNodeSetAttribute({kernel.name}, cluster {shape.cluster})")
+            except Exception:
+                check(driver.cuGraphDestroyNode(h), "cuGraphDestroyNode")
+                raise
         return self._record(Node(h, "kernel", self._name(name, kernel.name), deps, kernel, shape, args,
                                  pins=(kernel,)))
 

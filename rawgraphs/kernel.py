@@ -109,24 +109,44 @@ class LaunchShape:
     ``pdl=True`` launches with programmatic stream serialization (sm_90+): the kernel may start while the
     previous kernel on the stream finishes, and must ``griddepcontrol.wait`` before reading its results
     (kernels/pdl.cuh). Captured, it becomes a programmatic graph edge.
+
+    ``cluster`` (sm_90+) groups blocks into thread block clusters of that shape (each dimension divides the
+    grid's; at most 8 blocks, the portable limit): a cluster's blocks run at once on one GPC and may read each
+    other's shared memory. A graph node keeps it as a node attribute.
     """
 
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared: int = 0
     pdl: bool = False
+    cluster: tuple[int, int, int] = (1, 1, 1)
 
-    def __init__(self, grid, block, shared: int = 0, pdl: bool = False):
+    def __init__(self, grid, block, shared: int = 0, pdl: bool = False, cluster=(1, 1, 1)):
         g = _dim3(grid, "grid")
         b = _dim3(block, "block")
+        c = _dim3(cluster, "cluster")
         if b[0] * b[1] * b[2] > 1024:
             raise ValueError(f"block {b} has {b[0] * b[1] * b[2]} threads; the limit is 1024")
         if shared < 0:
             raise ValueError(f"shared memory must be >= 0, got {shared}")
+        if any(gd % cd for gd, cd in zip(g, c)) or c[0] * c[1] * c[2] > 8:
+            raise ValueError(f"cluster {c} must divide grid {g} in every dimension and hold at most 8 blocks")
         object.__setattr__(self, "grid", g)
         object.__setattr__(self, "block", b)
         object.__setattr__(self, "shared", int(shared))
         object.__setattr__(self, "pdl", bool(pdl))
+        object.__setattr__(self, "cluster", c)
+
+    @property
+    def clustered(self) -> bool:
+        return self.cluster != (1, 1, 1)
+
+
+def cluster_value(cluster: tuple[int, int, int], value=None):
+    """A ``CUlaunchAttributeValue`` (or ``value``) holding the cluster dimensions ``cluster``."""
+    value = driver.CUlaunchAttributeValue() if value is None else value
+    value.clusterDim.x, value.clusterDim.y, value.clusterDim.z = cluster
+    return value
 
 
 def _dim3(v, what: str) -> tuple[int, int, int]:
@@ -322,7 +342,7 @@ class Kernel:
         if shape.shared > self._max_shared:
             self.prepare(shape)
         g, b = shape.grid, shape.block
-        if shape.pdl:
+        if shape.pdl or shape.clustered:
             err, = driver.cuLaunchKernelEx(self._config(shape, stream), self.function, args.address, 0)
         else:
             err, = driver.cuLaunchKernel(self.function, g[0], g[1], g[2], b[0], b[1], b[2], shape.shared,
@@ -333,7 +353,7 @@ class Kernel:
             capture_state.on_launch(self, shape, args, stream)
 
     def _config(self, shape: LaunchShape, stream: Stream) -> driver.CUlaunchConfig:
-        """The cached ``CUlaunchConfig`` of a PDL launch of ``shape`` on ``stream``."""
+        """The cached ``CUlaunchConfig`` of a PDL or cluster launch of ``shape`` on ``stream``."""
         key = (shape, int(stream.handle))
         cfg = self._configs.get(key)
         if cfg is None:
@@ -341,10 +361,18 @@ class Kernel:
             cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = shape.grid
             cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = shape.block
             cfg.sharedMemBytes, cfg.hStream = shape.shared, stream.handle
-            attr = driver.CUlaunchAttribute()
-            attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-            attr.value.programmaticStreamSerializationAllowed = 1
-            cfg.attrs, cfg.numAttrs = [attr], 1
+            attrs = []
+            if shape.pdl:
+                attr = driver.CUlaunchAttribute()
+                attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+                attr.value.programmaticStreamSerializationAllowed = 1
+                attrs.append(attr)
+            if shape.clustered:
+                attr = driver.CUlaunchAttribute()
+                attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+                attr.value = cluster_value(shape.cluster, attr.value)
+                attrs.append(attr)
+            cfg.attrs, cfg.numAttrs = attrs, len(attrs)
             self._configs[key] = cfg
         return cfg
 

@@ -149,3 +149,12 @@ def test_launch_shape_validation(grid, block, shared, msg):
     with pytest.raises(ValueError, match=msg):
         LaunchShape(grid, block, shared)
     assert LaunchShape(4, (8, 2)).block == (8, 2, 1)
+
+
+def test_launch_shape_cluster():
+    s = LaunchShape((1, 16, 32), 128, cluster=(1, 1, 8))
+    assert s.cluster == (1, 1, 8) and s.clustered and not LaunchShape(4, 32).clustered
+    assert LaunchShape(8, 32, cluster=2).cluster == (2, 1, 1)
+    for grid, cluster in [((1, 16, 12), (1, 1, 8)), ((16,), (16,)), ((4, 4), (4, 4)), ((4,), (0,))]:
+        with pytest.raises(ValueError, match="cluster"):
+            LaunchShape(grid, 128, cluster=cluster)
