@@ -28,7 +28,7 @@
 // gemm_tc (B > 16): tiled skinny GEMM on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate). A block owns
 //   a 64 (batch) x 64 (weight rows) tile and one K range; 64-wide K tiles, double-buffered in shared memory
 //   with the next tile prefetched into registers.
-//   grid = (ceil(B / 64), ceil(N / 64), splits), block = (128,) (exactly), shared = 0 or unused (36 KiB static);
+//   grid = (ceil(B / 64), ceil(N / 64), splits), block = (128,) exactly, shared = 0 or unused (36 KiB static);
 //   OUT_SILU: a tile holds 32 gate rows and their 32 up rows (same grid)
 // splitk_reduce: y = epilogue(sum_{s < splits} partial[s]) in fixed order (bit-identical run to run).
 //   grid = (ceil(B * N / 256),) (OUT_SILU: ceil(B * N / 2 / 256)), block = (256,), shared = 0
