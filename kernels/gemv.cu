@@ -457,7 +457,7 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 // The issue side of one warp's ring: its chunks of its rows in order, one commit group per chunk (empty past
 // the end, so the wait count stays fixed).
 // PAIRS (OUT_SILU): a unit is two rows; this warp's chunks j >= jsplit are in the second. A compile-time switch:
-// the row stream is near the SM's issue limit at full HBM bandwidth (512 bytes per warp-chunk, 32 warps per
+// the row stream is near the SM's issue limit at full HBM bandwidth (512 bytes per warp-chunk, 24-32 warps per
 // SM), and a per-chunk select in every projection cost qkv ~2 us and the LM head ~5 us per launch (H200).
 template <bool PAIRS>
 struct RowStream {
