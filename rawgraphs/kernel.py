@@ -142,9 +142,9 @@ class LaunchShape:
         return self.cluster != (1, 1, 1)
 
 
-def cluster_value(cluster: tuple[int, int, int], value=None):
-    """A ``CUlaunchAttributeValue`` (or ``value``) holding the cluster dimensions ``cluster``."""
-    value = driver.CUlaunchAttributeValue() if value is None else value
+def cluster_value(cluster: tuple[int, int, int], value):
+    """``value`` (a launch attribute's ``CUlaunchAttributeValue`` or a graph node's ``CUkernelNodeAttrValue``)
+    with its cluster dimensions set to ``cluster``."""
     value.clusterDim.x, value.clusterDim.y, value.clusterDim.z = cluster
     return value
 
@@ -319,7 +319,7 @@ class Kernel:
         attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         self._max_shared = check(driver.cuFuncGetAttribute(attr, self.function),
                                  f"cuFuncGetAttribute({name}, MAX_DYNAMIC_SHARED_SIZE_BYTES)")
-        self._configs: dict = {}  # (shape, stream) -> CUlaunchConfig for PDL launches
+        self._configs: dict = {}  # (shape, stream) -> CUlaunchConfig for PDL and cluster launches
 
     def args(self, /, *args, **kwargs) -> KernelArgs:
         """A new packed argument block; all arguments required, by position or name."""

@@ -158,3 +158,12 @@ def test_launch_shape_cluster():
     for grid, cluster in [((1, 16, 12), (1, 1, 8)), ((16,), (16,)), ((4, 4), (4, 4)), ((4,), (0,))]:
         with pytest.raises(ValueError, match="cluster"):
             LaunchShape(grid, 128, cluster=cluster)
+
+
+def test_cluster_value_fills_both_attribute_value_types():
+    from cuda.bindings import driver
+
+    from rawgraphs.kernel import cluster_value
+    for value in (driver.CUlaunchAttributeValue(), driver.CUkernelNodeAttrValue()):
+        got = cluster_value((2, 1, 4), value)
+        assert got is value and (got.clusterDim.x, got.clusterDim.y, got.clusterDim.z) == (2, 1, 4)
