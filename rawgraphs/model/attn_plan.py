@@ -47,6 +47,7 @@ _SHORT_CONTEXT = 512  # the context a decode step must also fill the GPU at (see
 # attention, isolated, 0 / 2 pages: B=1 ctx 513 9.86 / 9.42 us; B=8 ctx 513 15.9 / 18.4, ctx 4096 78.5 / 88.7;
 # B=37 ctx 513 45.0 / 48.2; B=64 ctx 4096 503 / 515 us; benchmarks/NOTES.md, session 4)
 _PREFETCH_B1 = 2
+_SHORT_SPLITS = 16  # at most this many splits hold a short-context plan's row (ATTN_SHORT_SPLITS in attention.cu)
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,10 @@ def attention_plan(n_heads: int, n_kv_heads: int, head_dim: int, batch: int, max
         partition = min(filling(max_seq_len, _PARTITIONS[-1]), filling(min(max_seq_len, _SHORT_CONTEXT), 128))
         short = batch * y * math.ceil(min(max_seq_len, _SHORT_CONTEXT) / partition) < num_sms
         min_partition = _PARTITIONS[-1] if short else partition
+        if short and batch * y * _SHORT_SPLITS >= num_sms:
+            # No more splits than a row can use (the kernel's ATTN_SHORT_SPLITS) where that still covers the SMs
+            # at the maximum context: fewer blocks past a short context to place and retire.
+            partition = max(partition, math.ceil(max_seq_len / _SHORT_SPLITS / 64) * 64)
     if not 64 <= partition <= 2048 or partition % 64:
         raise ValueError(f"partition {partition} must be a multiple of 64 in [64, 2048]")
     splits = math.ceil(max_seq_len / partition)
