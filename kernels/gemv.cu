@@ -19,7 +19,7 @@
 //   worth issued before the PDL wait; x (after x_op) is staged once per block. A larger B runs one pass per
 //   batch row.
 //   grid = (blocks, splits) (any count: warp groups stride over the rows), block = (32 * warps,) (warps <= 8,
-//   a multiple of parts), dynamic shared = warps * (PIPE_STAGES * 512 + 64) + 2 * k_chunk bytes;
+//   a multiple of parts), dynamic shared >= warps * (PIPE_STAGES * 512 + 64) + 2 * k_chunk bytes;
 //   extra argument parts int32 (1, 2, 4, 8): warps per row (OUT_SILU: per gate/up row pair).
 // gemv_mma (2 <= B <= 16; passes of 8 / 16 / 32 batch rows): GEMV on tensor cores, W streamed from global
 //   memory straight into mma.sync A fragments (8 x 16-byte loads in flight per lane), x^T as the B operand.
@@ -439,7 +439,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) gemv_mma(void* y, const bf1
 // hazards it cannot see through (benchmarks/NOTES.md, sessions 7 and 9).
 // OUT_SILU: a group owns units of two rows, gate row n and up row n + N/2, streamed as one sequence of
 // 2 x chunks chunks (the warps of the group share them as they share a row's) into two accumulators.
-#define PIPE_STAGES 8
+#define PIPE_STAGES 10  // GEMV_STAGES in plans.py: 10 of 8-14 measured fastest at B = 1 (H200)
 #define PIPE_CHUNK 256
 #define RED_UNITS 8  // units per reduction round (parts > 1): red holds [2][RED_UNITS][warps] fp32
 
@@ -484,7 +484,7 @@ struct RowStream {
                 row += (size_t)stride * K;
             }
         }
-        slot = (slot + 1) % PIPE_STAGES;
+        slot = slot == PIPE_STAGES - 1 ? 0 : slot + 1;  // no division: PIPE_STAGES need not be a power of 2
         cp_async_commit();
     }
 };
@@ -549,7 +549,7 @@ __device__ __forceinline__ void gemv_body(void* y, const bf16* __restrict__ x, c
 #pragma unroll
                 for (int e = 0; e < 8; ++e) a = fmaf(wf[e], xf[e], a);
             }
-            slot = (slot + 1) % PIPE_STAGES;
+            slot = slot == PIPE_STAGES - 1 ? 0 : slot + 1;
         };
         // Units in rounds of RED_UNITS (a count that is the same for every warp of the grid, so every warp
         // meets the same block barriers): parts > 1 leaves each warp's partial of each unit in red, and after the
@@ -588,7 +588,7 @@ __device__ __forceinline__ void gemv_body(void* y, const bf16* __restrict__ x, c
     }
 }
 
-// 64 registers at most: 4 blocks of 8 warps would fit an SM; plans.py runs 3 (GEMV_THREE_PER_SM_SHARED).
+// 64 registers at most: 4 blocks of 8 warps would fit an SM; plans.py runs 3 (GEMV_SHARED).
 extern "C" __global__ void __launch_bounds__(256, 4) gemv(void* y, const bf16* __restrict__ x,
                                                           const bf16* __restrict__ w, const bf16* __restrict__ norm,
                                                           const int* __restrict__ positions, int B, int N, int K,

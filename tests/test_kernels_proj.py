@@ -17,9 +17,13 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from rawgraphs.compiler import compile_file
+from rawgraphs.compiler import compile_file, kernel_dir
 from rawgraphs.model import reference as ref
 from rawgraphs.model.plans import (
+    GEMV_CHUNK,
+    GEMV_RING,
+    GEMV_SHARED,
+    GEMV_STAGES,
     OUT_MODES,
     PARTIAL,
     SMS,
@@ -88,8 +92,8 @@ def test_gemv_plan(B, N, K):
         groups = plan.grid[0] * 8 // plan.parts
         assert plan.block == (256, 1, 1) and plan.parts in (1, 2, 4, 8) and groups * plan.parts <= SMS * 24
         assert math.ceil(N / groups) == math.ceil(N * plan.parts / (SMS * 24)) and plan.parts <= math.ceil(K / 256)
-        used = 8 * (8 * 512 + 64) + 2 * plan.k_chunk  # rings + x; the rest caps the SM at 3 blocks
-        assert plan.splits == 1 and used <= 47 * 1024 and plan.shared == max(used, 58 * 1024)
+        used = 8 * (GEMV_RING + 64) + 2 * plan.k_chunk  # rings + x; the rest caps the SM at 3 blocks
+        assert plan.splits == 1 and used <= GEMV_SHARED == plan.shared
         assert plan.launches("y", "x", "w", None, B, N, K)[0].args["parts"] == plan.parts
     else:
         rows_per_block = 16 if B <= 16 else 64
@@ -202,6 +206,15 @@ def h200_blocks_per_sm(registers: int, static: int, dynamic: int, threads: int =
     return min(65536 // (registers * threads), 228 * 1024 // (static + dynamic + 1024), 2048 // threads)
 
 
+def test_gemv_ring_constants_match_the_kernel():
+    """plans.py sizes gemv's shared memory from the ring the kernel declares: a change on one side only would
+    overrun the launch's shared memory or waste it."""
+    src = (kernel_dir() / "gemv.cu").read_text()
+    assert int(re.search(r"#define PIPE_STAGES (\d+)", src).group(1)) == GEMV_STAGES
+    assert int(re.search(r"#define PIPE_CHUNK (\d+)", src).group(1)) == GEMV_CHUNK
+    assert GEMV_RING == GEMV_STAGES * GEMV_CHUNK * 2
+
+
 def test_occupancy_caps_hold_for_the_compiled_kernels():
     """The shared-memory caps of plans.py give the blocks per SM they claim for the kernels as compiled now (a
     kernel that grew its static shared memory or registers would silently change them): gemv 3 (4 uncapped),
@@ -209,7 +222,7 @@ def test_occupancy_caps_hold_for_the_compiled_kernels():
     use = ptxas_usage("gemv")
     for N, K, out in [(6144, 2048, "bf16"), (2048, 5632, "residual"), (32000, 2048, "f32"), (11264, 2048, "silu")]:
         plan = gemv_plan(1, N, K, out)
-        used = 8 * (8 * 512 + 64) + 2 * plan.k_chunk
+        used = 8 * (GEMV_RING + 64) + 2 * plan.k_chunk
         assert h200_blocks_per_sm(*use["gemv"], plan.shared) == 3 < h200_blocks_per_sm(*use["gemv"], used) == 4
     capped = gemv_plan(8, 2304, 768)
     assert capped.shared == TWO_PER_SM_SHARED
