@@ -439,7 +439,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) gemv_mma(void* y, const bf1
 // hazards it cannot see through (benchmarks/NOTES.md, sessions 7 and 9).
 // OUT_SILU: a group owns units of two rows, gate row n and up row n + N/2, streamed as one sequence of
 // 2 x chunks chunks (the warps of the group share them as they share a row's) into two accumulators.
-#define PIPE_STAGES 10  // GEMV_STAGES in plans.py: 10 of 8-14 measured fastest at B = 1 (H200)
+#define PIPE_STAGES 8  // GEMV_STAGES in plans.py (deeper rings lost, H200)
 #define PIPE_CHUNK 256
 #define RED_UNITS 8  // units per reduction round (parts > 1): red holds [2][RED_UNITS][warps] fp32
 
@@ -484,7 +484,10 @@ struct RowStream {
                 row += (size_t)stride * K;
             }
         }
-        slot = slot == PIPE_STAGES - 1 ? 0 : slot + 1;  // no division: PIPE_STAGES need not be a power of 2
+        // A compare and a select, not (slot + 1) % PIPE_STAGES: the signed remainder costs more instructions per
+        // chunk, and the stream is at the SM's issue limit. Decode step, graph, B = 1 (H200, session 13, two
+        // rounds): 1b 701.4 -> 676.8 us, small 224.8 -> 220.9 us.
+        slot = slot == PIPE_STAGES - 1 ? 0 : slot + 1;
         cp_async_commit();
     }
 };
@@ -588,7 +591,7 @@ __device__ __forceinline__ void gemv_body(void* y, const bf16* __restrict__ x, c
     }
 }
 
-// 64 registers at most: 4 blocks of 8 warps would fit an SM; plans.py runs 3 (GEMV_SHARED).
+// 64 registers at most: 4 blocks of 8 warps would fit an SM; plans.py runs 3 (GEMV_THREE_PER_SM_SHARED).
 extern "C" __global__ void __launch_bounds__(256, 4) gemv(void* y, const bf16* __restrict__ x,
                                                           const bf16* __restrict__ w, const bf16* __restrict__ norm,
                                                           const int* __restrict__ positions, int B, int N, int K,

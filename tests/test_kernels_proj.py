@@ -24,6 +24,7 @@ from rawgraphs.model.plans import (
     GEMV_RING,
     GEMV_SHARED,
     GEMV_STAGES,
+    GEMV_THREE_PER_SM_SHARED,
     OUT_MODES,
     PARTIAL,
     SMS,
@@ -93,7 +94,7 @@ def test_gemv_plan(B, N, K):
         assert plan.block == (256, 1, 1) and plan.parts in (1, 2, 4, 8) and groups * plan.parts <= SMS * 24
         assert math.ceil(N / groups) == math.ceil(N * plan.parts / (SMS * 24)) and plan.parts <= math.ceil(K / 256)
         used = 8 * (GEMV_RING + 64) + 2 * plan.k_chunk  # rings + x; the rest caps the SM at 3 blocks
-        assert plan.splits == 1 and used <= GEMV_SHARED == plan.shared
+        assert plan.splits == 1 and used <= GEMV_SHARED and plan.shared == max(used, GEMV_THREE_PER_SM_SHARED)
         assert plan.launches("y", "x", "w", None, B, N, K)[0].args["parts"] == plan.parts
     else:
         rows_per_block = 16 if B <= 16 else 64

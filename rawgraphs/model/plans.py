@@ -5,7 +5,7 @@
 
 - ``B == 1``: ``gemv``, one wave of 8-warp blocks, at most 3 per SM (``SMS * 24`` warps; its 64 registers would
   fit 4, and unused shared memory keeps a fourth off); groups of ``parts`` warps own whole weight rows and
-  stream them through per-warp cp.async rings (9 x 512 bytes in flight per warp, the first ring issued before
+  stream them through per-warp cp.async rings (7 x 512 bytes in flight per warp, the first ring issued before
   the PDL wait).
 - ``2 <= B <= 16``: ``gemv_mma``, 16 weight rows per 256-thread block streamed straight into tensor-core
   fragments (4 x 2 16-byte loads in flight per lane, 3 blocks per SM, or 2 where ``two_per_sm`` says);
@@ -21,7 +21,7 @@ previous 4-rows-per-block GEMV and the same kernel with half the grid (16 warps 
 
 When the grid would leave SMs idle (``gemm_tc``: fewer than ``tc_target_blocks(B)`` blocks; ``gemv_mma``: fewer
 than ``SMS // 2``) the K range is split; ``gemv`` splits only where its x row would not fit in shared memory
-(K > 8960). The main kernel then writes fp32 partials to a **workspace** ``[splits, B, N]``
+(K > 7616). The main kernel then writes fp32 partials to a **workspace** ``[splits, B, N]``
 (``plan.workspace_bytes``) and ``splitk_reduce`` adds them in a fixed order and applies the output
 (bit-identical run to run; no atomics). The decode step allocates one workspace of ``max_workspace_bytes(...)``
 over every projection and batch size it launches, and may share it between projections (they run one after
@@ -60,23 +60,22 @@ MMA_ROWS = 16  # weight rows per gemv_mma block
 # (tests/test_kernels_proj.py::test_plans_blocks_per_sm), a CPU test checks it against ptxas -v.
 TWO_PER_SM_SHARED = 48 * 1024
 REDUCE_THREADS = 256
-GEMV_WARPS_PER_SM = 24  # gemv: warps per SM in its one wave (3 blocks x 8 warps; see GEMV_SHARED)
-# gemv: the dynamic shared bytes of every launch. Its rings and x row must fit; the rest is unused and keeps an SM
-# at 3 blocks, not the 4 its registers allow (4 x 59 KiB with the static part and the driver's 1 KiB per block >
-# 228 KiB). The room left lets the next kernel's blocks start under PDL; without the cap the block scheduler stacks
-# 4 on some SMs, which finish last. Decode step, graph, B = 1 (H200, session 11): 1b 716 -> 700 us, small 230 -> 224;
-# 24 warps per SM without the cap 819 / 235 us.
-GEMV_SHARED = 58 * 1024
+GEMV_WARPS_PER_SM = 24  # gemv: warps per SM in its one wave (3 blocks x 8 warps; see GEMV_THREE_PER_SM_SHARED)
+# gemv: dynamic shared bytes at least, so an SM holds 3 of its blocks, not the 4 its registers allow (4 x 59 KiB
+# with the static part and the driver's 1 KiB per block > 228 KiB). The room left lets the next kernel's blocks
+# start under PDL; without the cap the block scheduler stacks 4 on some SMs, which finish last. Decode step, graph,
+# B = 1 (H200, session 11): 1b 716 -> 700 us, small 230 -> 224; 24 warps per SM without the cap 819 / 235 us.
+GEMV_THREE_PER_SM_SHARED = 58 * 1024
 GEMV_BLOCK_WARPS = 8  # gemv: warps per block
 GEMV_CHUNK = 256  # gemv: K elements per streamed chunk (PIPE_CHUNK in gemv.cu)
-# gemv: slots of one warp's cp.async ring (PIPE_STAGES in gemv.cu): PIPE_STAGES - 1 chunks of 512 bytes in flight,
-# all issued before the PDL wait. Decode step, graph, B = 1, slots 8 / 10 / 11 / 12 / 13 / 14 (H200, session 13,
-# two rounds each): 1b 699.0 / 681.5 / 681.7 / 685.5 / 689.6 / 700.6 us; small 224.3 / 222.3 / 222.6 / 223.0 /
-# 223.1 / 224.0. Every projection gained (1b qkv 8.9 -> 8.4, attention after qkv 5.6 -> 4.5, gate_up 14.2 -> 13.7,
-# LM head 31.9 -> 30.4 us in place); past 11 slots the gain shrank again.
-GEMV_STAGES = 10
+# gemv: slots of one warp's cp.async ring (PIPE_STAGES in gemv.cu), PIPE_STAGES - 1 chunks of 512 bytes in flight,
+# all issued before the PDL wait. Deeper rings (same 58 KiB per block) lost: 1b B = 1 step 8 / 9 / 10 slots 676.8 /
+# 680.5 / 683.1 us (H200, session 13, one call); 12 / 14 slots 685.5 / 700.6 against 681.5 at 10 (another call).
+GEMV_STAGES = 8
 GEMV_RING = GEMV_STAGES * 512  # gemv: bytes of one warp's cp.async ring (PIPE_STAGES x PIPE_CHUNK bf16)
 GEMV_RED = 64  # gemv: bytes of one warp's unit partials (RED_UNITS = 8 units x 2 rows, fp32)
+GEMV_SHARED = 47 * 1024  # gemv: dynamic shared bytes at most (rings + x: under the 48 KiB that needs no opt-in,
+# with room for the static part)
 
 
 class Launch(NamedTuple):
@@ -193,7 +192,7 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
     if kernel == "gemv":
         # One wave of at most 3 blocks per SM: each group of `parts` warps owns ceil(N / groups) whole rows, so every
         # warp streams the same bytes; a short N splits each row's chunks over 2-8 warps instead of leaving
-        # warps idle. 3 capped blocks per SM beat 4 (GEMV_SHARED); 2 uncapped blocks' worth of warps
+        # warps idle. 3 capped blocks per SM beat 4 (GEMV_THREE_PER_SM_SHARED); 2 uncapped blocks' worth of warps
         # lost 45% (1b B = 1, session 2: probably the same stacking as 3 uncapped, benchmarks/NOTES.md).
         chunks = math.ceil(K / GEMV_CHUNK)
         target = SMS * GEMV_WARPS_PER_SM
@@ -201,7 +200,7 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
             parts *= 2
         block = (32 * GEMV_BLOCK_WARPS, 1, 1)
         rings = GEMV_BLOCK_WARPS * (GEMV_RING + GEMV_RED)
-        x_limit = (GEMV_SHARED - rings) // 2 // 64 * 64  # K elements of x per split (8960)
+        x_limit = (GEMV_SHARED - rings) // 2 // 64 * 64  # K elements of x per split
         splits, k_chunk = _splits(1, K, 1, 8, splits if splits is not None else math.ceil(K / x_limit))
         units, unit_chunks = N, chunks
         if out == "silu" and splits == 1:
@@ -224,7 +223,7 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         else:
             groups = math.ceil(units / math.ceil(units * parts / target))
         grid = (math.ceil(groups * parts / GEMV_BLOCK_WARPS), splits, 1)
-        shared = GEMV_SHARED
+        shared = max(rings + 2 * k_chunk, GEMV_THREE_PER_SM_SHARED)
     elif kernel == "gemv_mma":
         # Measured: 128 blocks (N = 2048) unsplit beat 2 or 3 splits (the reduce launch costs more than the
         # idle SMs), so split only grids below half the SMs.
