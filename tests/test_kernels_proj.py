@@ -216,6 +216,14 @@ def test_gemv_ring_constants_match_the_kernel():
     assert GEMV_RING == GEMV_STAGES * GEMV_CHUNK * 2
 
 
+def test_gemv_splits_k_only_past_its_x_row():
+    """gemv stages a whole x row (K split) per block: K splits only where rings + x would pass GEMV_SHARED."""
+    rings = 8 * (GEMV_RING + 64)
+    longest = (GEMV_SHARED - rings) // 2 // 64 * 64
+    assert longest == 7424
+    assert gemv_plan(1, 2048, longest).splits == 1 and gemv_plan(1, 2048, longest + 64).splits == 2
+
+
 def test_occupancy_caps_hold_for_the_compiled_kernels():
     """The shared-memory caps of plans.py give the blocks per SM they claim for the kernels as compiled now (a
     kernel that grew its static shared memory or registers would silently change them): gemv 3 (4 uncapped),

@@ -152,7 +152,8 @@ def attention_plan(n_heads: int, n_kv_heads: int, head_dim: int, batch: int, max
         min_partition = _PARTITIONS[-1] if short else partition
         if short and batch * y * _SHORT_SPLITS >= num_sms:
             # No more splits than a row can use (the kernel's ATTN_SHORT_SPLITS) where that still covers the SMs
-            # at the maximum context: fewer blocks past a short context to place and retire.
+            # at the maximum context: fewer blocks past a short context to place and retire. H200 (session 13): 1b
+            # B = 1 step 700.2 -> 695.2 us; isolated B = 1 attention at context 4096 19.4 -> 17.9 us, 512 9.4 -> 9.1.
             partition = max(partition, math.ceil(max_seq_len / _SHORT_SPLITS / 64) * 64)
     if not 64 <= partition <= 2048 or partition % 64:
         raise ValueError(f"partition {partition} must be a multiple of 64 in [64, 2048]")

@@ -21,7 +21,7 @@ previous 4-rows-per-block GEMV and the same kernel with half the grid (16 warps 
 
 When the grid would leave SMs idle (``gemm_tc``: fewer than ``tc_target_blocks(B)`` blocks; ``gemv_mma``: fewer
 than ``SMS // 2``) the K range is split; ``gemv`` splits only where its x row would not fit in shared memory
-(K > 7616). The main kernel then writes fp32 partials to a **workspace** ``[splits, B, N]``
+(K > 7424). The main kernel then writes fp32 partials to a **workspace** ``[splits, B, N]``
 (``plan.workspace_bytes``) and ``splitk_reduce`` adds them in a fixed order and applies the output
 (bit-identical run to run; no atomics). The decode step allocates one workspace of ``max_workspace_bytes(...)``
 over every projection and batch size it launches, and may share it between projections (they run one after
@@ -74,8 +74,9 @@ GEMV_CHUNK = 256  # gemv: K elements per streamed chunk (PIPE_CHUNK in gemv.cu)
 GEMV_STAGES = 8
 GEMV_RING = GEMV_STAGES * 512  # gemv: bytes of one warp's cp.async ring (PIPE_STAGES x PIPE_CHUNK bf16)
 GEMV_RED = 64  # gemv: bytes of one warp's unit partials (RED_UNITS = 8 units x 2 rows, fp32)
-GEMV_SHARED = 47 * 1024  # gemv: dynamic shared bytes at most (rings + x: under the 48 KiB that needs no opt-in,
-# with room for the static part)
+# gemv: rings + x row at most, in dynamic shared bytes; sets the K split (x fits unsplit up to K = 7424). Once under
+# the 48 KiB that needs no opt-in; every launch now asks for GEMV_THREE_PER_SM_SHARED (opted in by Kernel.prepare).
+GEMV_SHARED = 47 * 1024
 
 
 class Launch(NamedTuple):
