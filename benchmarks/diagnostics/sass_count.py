@@ -1,0 +1,82 @@
+"""SASS instruction counts of the kernels as NVRTC compiles them (cubin -> nvdisasm), per kernel and per opcode.
+
+At B = 1 gemv's row stream issues a 512-byte chunk per ~60 instructions per lane with 24 warps per SM, close to
+the SM's issue rate, so instructions per chunk are time: session 13 took 1b B=1 from 701 to 646 us by removing a
+signed remainder (the ring slot) and a PRMT per bf16 pair (benchmarks/NOTES.md). Count before and after a kernel
+edit; no GPU is needed.
+
+Run from the repository root: ``python3 benchmarks/diagnostics/sass_count.py [file ...] [--arch sm_90]
+[--kernel NAME] [--opcodes N] [--kernels-dir DIR]`` (default: every kernels/*.cu; ``--kernel`` prints that
+kernel's disassembly instead). nvdisasm comes with the CUDA toolkit, or ``pip install nvidia-cuda-nvdisasm``.
+"""
+
+import argparse
+import collections
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+from rawgraphs.compiler import compile_file, kernel_dir
+
+
+def nvdisasm() -> str:
+    """The nvdisasm executable: on PATH, else the one the nvidia-cuda-nvdisasm wheel installs."""
+    found = shutil.which("nvdisasm")
+    if found:
+        return found
+    for exe in sorted(Path(sysconfig.get_paths()["purelib"]).glob("nvidia/cu*/bin/nvdisasm")):
+        return str(exe)
+    sys.exit("nvdisasm not found: install the CUDA toolkit or `pip install nvidia-cuda-nvdisasm`")
+
+
+def disassemble(cubin: bytes) -> str:
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        return subprocess.run([nvdisasm(), "-c", f.name], capture_output=True, text=True, check=True).stdout
+
+
+def by_kernel(sass: str) -> dict[str, list[str]]:
+    """Each kernel's instructions ("@!P0 LDGSTS.E.BYPASS.128 [R5], ..."), in order."""
+    kernels: dict[str, list[str]] = {}
+    current = None
+    for line in sass.splitlines():
+        if m := re.match(r"^\.text\.(\w+):", line):
+            current = kernels.setdefault(m.group(1), [])
+        elif current is not None and (m := re.match(r"^\s+/\*[0-9a-f]+\*/\s+(.*?)\s*;", line)):
+            current.append(m.group(1))
+    return kernels
+
+
+def opcode(instruction: str) -> str:
+    """The opcode without predicate and modifiers: "@!P0 LDGSTS.E.BYPASS.128 [R5]" -> "LDGSTS"."""
+    return re.sub(r"^@!?U?P\w+\s+", "", instruction).split()[0].split(".")[0]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("files", nargs="*", help="kernel files (default: every kernels/*.cu)")
+    ap.add_argument("--arch", default="sm_90")
+    ap.add_argument("--kernels-dir", type=Path, default=None, help="another tree's kernels/ (A/B against this one)")
+    ap.add_argument("--kernel", help="print this kernel's disassembly")
+    ap.add_argument("--opcodes", type=int, default=6, help="most frequent opcodes to list per kernel")
+    args = ap.parse_args()
+    folder = args.kernels_dir or kernel_dir()
+    files = [folder / (f if f.endswith(".cu") else f + ".cu") for f in args.files] or sorted(folder.glob("*.cu"))
+    for path in files:
+        cubin = compile_file(path, arch=args.arch, use_cache=False).cubin
+        for name, instructions in by_kernel(disassemble(cubin)).items():
+            if args.kernel:
+                if name == args.kernel:
+                    print("\n".join(instructions))
+                continue
+            top = collections.Counter(map(opcode, instructions)).most_common(args.opcodes)
+            print(f"{path.stem:12s} {name:24s} {len(instructions):6d}  " + " ".join(f"{o} {n}" for o, n in top))
+
+
+if __name__ == "__main__":
+    main()
