@@ -485,7 +485,7 @@ struct RowStream {
             }
         }
         // A compare and a select, not (slot + 1) % PIPE_STAGES: the signed remainder costs more instructions per
-        // chunk, and the stream is at the SM's issue limit. Decode step, graph, B = 1 (H200, session 13, two
+        // chunk, and the stream is bound by its instruction count. Decode step, graph, B = 1 (H200, session 13, two
         // rounds): 1b 701.4 -> 676.8 us, small 224.8 -> 220.9 us.
         slot = slot == PIPE_STAGES - 1 ? 0 : slot + 1;
         cp_async_commit();
