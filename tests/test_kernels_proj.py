@@ -81,6 +81,12 @@ def test_signatures():
         assert str(sigs[name]) == f"{name}({params})"
 
 
+def gemv_used_shared(k_chunk: int) -> int:
+    """Shared bytes a gemv block uses: 8 warps' cp.async rings and unit partials (64 bytes a warp), and the bf16 x
+    row of its K split."""
+    return 8 * (GEMV_RING + 64) + 2 * k_chunk
+
+
 @pytest.mark.parametrize("B", BATCHES)
 @pytest.mark.parametrize("N,K", GEMV_SHAPES)
 def test_gemv_plan(B, N, K):
@@ -93,7 +99,7 @@ def test_gemv_plan(B, N, K):
         groups = plan.grid[0] * 8 // plan.parts
         assert plan.block == (256, 1, 1) and plan.parts in (1, 2, 4, 8) and groups * plan.parts <= SMS * 24
         assert math.ceil(N / groups) == math.ceil(N * plan.parts / (SMS * 24)) and plan.parts <= math.ceil(K / 256)
-        used = 8 * (GEMV_RING + 64) + 2 * plan.k_chunk  # rings + x; the rest caps the SM at 3 blocks
+        used = gemv_used_shared(plan.k_chunk)  # the rest caps the SM at 3 blocks
         assert plan.splits == 1 and used <= GEMV_SHARED and plan.shared == max(used, GEMV_THREE_PER_SM_SHARED)
         assert plan.launches("y", "x", "w", None, B, N, K)[0].args["parts"] == plan.parts
     else:
@@ -218,8 +224,7 @@ def test_gemv_ring_constants_match_the_kernel():
 
 def test_gemv_splits_k_only_past_its_x_row():
     """gemv stages a whole x row (K split) per block: K splits only where rings + x would pass GEMV_SHARED."""
-    rings = 8 * (GEMV_RING + 64)
-    longest = (GEMV_SHARED - rings) // 2 // 64 * 64
+    longest = (GEMV_SHARED - gemv_used_shared(0)) // 2 // 64 * 64
     assert longest == 7424
     assert gemv_plan(1, 2048, longest).splits == 1 and gemv_plan(1, 2048, longest + 64).splits == 2
 
@@ -231,7 +236,7 @@ def test_occupancy_caps_hold_for_the_compiled_kernels():
     use = ptxas_usage("gemv")
     for N, K, out in [(6144, 2048, "bf16"), (2048, 5632, "residual"), (32000, 2048, "f32"), (11264, 2048, "silu")]:
         plan = gemv_plan(1, N, K, out)
-        used = 8 * (GEMV_RING + 64) + 2 * plan.k_chunk
+        used = gemv_used_shared(plan.k_chunk)
         assert h200_blocks_per_sm(*use["gemv"], plan.shared) == 3 < h200_blocks_per_sm(*use["gemv"], used) == 4
     capped = gemv_plan(8, 2304, 768)
     assert capped.shared == TWO_PER_SM_SHARED
