@@ -136,6 +136,8 @@ class LaunchShape:
         object.__setattr__(self, "shared", int(shared))
         object.__setattr__(self, "pdl", bool(pdl))
         object.__setattr__(self, "cluster", c)
+        # Not a field: read by every eager launch (Kernel.launch), where a property call would cost a Python frame.
+        object.__setattr__(self, "launch_ex", self.pdl or c != (1, 1, 1))
 
     @property
     def clustered(self) -> bool:
@@ -342,7 +344,7 @@ class Kernel:
         if shape.shared > self._max_shared:
             self.prepare(shape)
         g, b = shape.grid, shape.block
-        if shape.pdl or shape.clustered:
+        if shape.launch_ex:
             err, = driver.cuLaunchKernelEx(self._config(shape, stream), self.function, args.address, 0)
         else:
             err, = driver.cuLaunchKernel(self.function, g[0], g[1], g[2], b[0], b[1], b[2], shape.shared,

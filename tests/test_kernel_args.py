@@ -155,6 +155,9 @@ def test_launch_shape_cluster():
     s = LaunchShape((1, 16, 32), 128, cluster=(1, 1, 8))
     assert s.cluster == (1, 1, 8) and s.clustered and not LaunchShape(4, 32).clustered
     assert LaunchShape(8, 32, cluster=2).cluster == (2, 1, 1)
+    # launch_ex (cuLaunchKernelEx instead of cuLaunchKernel) is set by either attribute and is not a field
+    assert s.launch_ex and LaunchShape(4, 32, pdl=True).launch_ex and not LaunchShape(4, 32).launch_ex
+    assert LaunchShape(4, 32) == LaunchShape(4, 32) and "launch_ex" not in repr(s)
     for grid, cluster in [((1, 16, 12), (1, 1, 8)), ((16,), (16,)), ((4, 4), (4, 4)), ((4,), (0,))]:
         with pytest.raises(ValueError, match="cluster"):
             LaunchShape(grid, 128, cluster=cluster)
