@@ -8,7 +8,8 @@ typedef __nv_bfloat16 bf16;
 // Eight bf16 values (16 bytes) <-> eight floats. `p` must be 16-byte aligned.
 // A bf16 is the high half of the float it widens to, so a 32-bit word of two unpacks exactly with one shift (low
 // element) and one mask (high): 2 instructions where __bfloat1622float2 compiles to 3 (PRMT + IMAD.U32 for the
-// high one; nvdisasm, sm_90). gemv's row stream is bound by its instruction count (benchmarks/NOTES.md, session 13).
+// high one; nvdisasm, sm_90): 1b B=1 step 678 -> 646 us (benchmarks/NOTES.md, session 13; session 14 found that
+// fewer instructions alone do not explain it).
 __device__ __forceinline__ void bf16x8_to_float(const uint4& v, float f[8]) {
     const unsigned w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll

@@ -457,8 +457,7 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 // The issue side of one warp's ring: its chunks of its rows in order, one commit group per chunk (empty past
 // the end, so the wait count stays fixed).
 // PAIRS (OUT_SILU): a unit is two rows; this warp's chunks j >= jsplit are in the second. A compile-time switch:
-// the row stream is near the SM's issue limit at full HBM bandwidth (512 bytes per warp-chunk, 24-32 warps per
-// SM), and a per-chunk select in every projection cost qkv ~2 us and the LM head ~5 us per launch (H200).
+// a per-chunk select in every projection cost qkv ~2 us and the LM head ~5 us per launch (H200, session 7).
 template <bool PAIRS>
 struct RowStream {
     bf16* ring;  // [PIPE_STAGES][PIPE_CHUNK] this warp's slots
@@ -484,9 +483,10 @@ struct RowStream {
                 row += (size_t)stride * K;
             }
         }
-        // A compare and a select, not (slot + 1) % PIPE_STAGES: the signed remainder costs more instructions per
-        // chunk, and the stream is bound by its instruction count. Decode step, graph, B = 1 (H200, session 13, two
-        // rounds): 1b 701.4 -> 676.8 us, small 224.8 -> 220.9 us.
+        // A compare and a select, not (slot + 1) % PIPE_STAGES (a signed remainder, several instructions, twice per
+        // chunk). Decode step, graph, B = 1 (H200, session 13, two rounds): 1b 701.4 -> 676.8 us, small 224.8 ->
+        // 220.9 us. Not a rule that fewer instructions are faster: session 14 cut the plain row loop from 141 to
+        // 117 per 2 chunks (branch gemv-lean-bf16) for 1b -2 / small +2.6 us (benchmarks/NOTES.md).
         slot = slot == PIPE_STAGES - 1 ? 0 : slot + 1;
         cp_async_commit();
     }

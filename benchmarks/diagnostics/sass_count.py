@@ -1,9 +1,10 @@
 """SASS instruction counts of the kernels as NVRTC compiles them (cubin -> nvdisasm), per kernel and per opcode.
 
-At B = 1 gemv's row stream spends ~70 instructions on each 512-byte warp-chunk with 24 warps per SM, over half
-the SM's issue peak at its share of HBM bandwidth, so instructions per chunk are time: session 13 took 1b B=1
-from 701 to 646 us by removing a signed remainder (the ring slot) and a PRMT per bf16 pair (benchmarks/NOTES.md).
-Count before and after a kernel edit; no GPU is needed.
+At B = 1 gemv's row stream spends ~70 instructions on each 512-byte warp-chunk. Session 13 took 1b B=1 from 701
+to 646 us by removing a signed remainder (the ring slot) and a PRMT per bf16 pair; session 14 cut the count by
+another 17% (141 -> 117 per 2 chunks) for no gain, and Nsight Compute put the isolated projections at 37-60% of
+the SM's issue peak (benchmarks/NOTES.md): a count says what an edit changed, not what it will gain. Count before
+and after a kernel edit; no GPU is needed.
 
 Run from the repository root: ``python3 benchmarks/diagnostics/sass_count.py [file ...] [--arch sm_90]
 [--kernel NAME] [--opcodes N] [--kernels-dir DIR]`` (default: every kernels/*.cu; ``--kernel`` prints that
