@@ -137,7 +137,7 @@ class LaunchShape:
         object.__setattr__(self, "pdl", bool(pdl))
         object.__setattr__(self, "cluster", c)
         # Not a field: read by every eager launch (Kernel.launch), where a property call would cost a Python frame.
-        object.__setattr__(self, "launch_ex", self.pdl or c != (1, 1, 1))
+        object.__setattr__(self, "launch_ex", self.pdl or self.clustered)
 
     @property
     def clustered(self) -> bool:
