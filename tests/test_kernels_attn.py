@@ -3,6 +3,7 @@ compile/plan checks and GPU checks vs the float64 NumPy reference (bf16 toleranc
 absolute 1e-2 of the output's scale)."""
 
 import math
+import re
 
 import ml_dtypes
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 from rawgraphs.compiler import compile_file, kernel_dir
 from rawgraphs.kernel import parse_signatures
 from rawgraphs.model import reference as ref
-from rawgraphs.model.attn_plan import attention_plan, workspace_elements
+from rawgraphs.model.attn_plan import _SHORT_SPLITS, attention_plan, workspace_elements
 
 BF16 = ml_dtypes.bfloat16
 PAGE = 16
@@ -34,6 +35,13 @@ def test_signatures():
             assert sig.names == ("out", "part_o", "part_ml", "counters", "qkv", "k_cache", "v_cache",
                                  "block_tables", "positions", "max_blocks", "n_heads", "n_kv_heads", "partition",
                                  "min_partition", "max_splits", "prefetch", "scale", "rope_cos", "rope_sin")
+
+
+def test_short_split_cap_matches_the_kernel():
+    """attn_plan caps a short-context row at the splits the kernel fills (ATTN_SHORT_SPLITS): a change on one side
+    only would plan splits the kernel never uses, or fewer than it needs."""
+    src = (kernel_dir() / "attention.cu").read_text()
+    assert int(re.search(r"#define ATTN_SHORT_SPLITS (\d+)", src).group(1)) == _SHORT_SPLITS
 
 
 def test_plan_args_fill_the_signatures():
