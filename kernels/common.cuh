@@ -35,10 +35,12 @@ __device__ __forceinline__ void store_bf16x8(bf16* p, const float f[8]) {
     *reinterpret_cast<uint4*>(p) = float_to_bf16x8(f);
 }
 
-// 16-byte streaming load that bypasses L1 allocation (weights are read once per launch).
+// 16-byte streaming load that bypasses L1 allocation (weights are read once per launch). asm volatile: a plain
+// asm statement has no side effects to the compiler, which may then hoist it out of its guard (`ok ? ldg_stream(p)
+// : 0`) and load past an array's end (session 14 saw it in a gemv variant with memcheck).
 __device__ __forceinline__ uint4 ldg_stream(const void* p) {
     uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     return v;
 }
