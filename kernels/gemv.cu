@@ -20,7 +20,9 @@
 //   batch row.
 //   grid = (blocks, splits) (any count: warp groups stride over the rows), block = (32 * warps,) (warps <= 8,
 //   a multiple of parts), dynamic shared >= warps * (PIPE_STAGES * 512 + 64) + 2 * k_chunk bytes;
-//   extra argument parts int32 (1, 2, 4, 8): warps per row (OUT_SILU: per gate/up row pair).
+//   extra argument parts int32 (1, 2, 4, 8): warps per row (OUT_SILU: per gate/up row pair). B = 1 with parts = 1
+//   and one K range (the decode step's projections, but small's o and down) runs the unit stream (gemv_unit_body):
+//   the same units in the same order and the same output bytes as the general body.
 // gemv_mma (2 <= B <= 16; passes of 8 / 16 / 32 batch rows): GEMV on tensor cores, W streamed from global
 //   memory straight into mma.sync A fragments (8 x 16-byte loads in flight per lane), x^T as the B operand.
 //   grid = (ceil(N / 16), splits), block = (256,) exactly, shared = 0 or unused (static arrays); OUT_SILU: a block owns
@@ -591,6 +593,97 @@ __device__ __forceinline__ void gemv_body(void* y, const bf16* __restrict__ x, c
     }
 }
 
+// ---- gemv at B = 1 with one warp per unit and one K range: the unit stream --------------------------------------
+// gemv_body's row stream without what this case does not need: no pass per batch row, no reduction rounds, one
+// barrier before the units (x staged), and the issue side walks a unit with a running offset and moves to its
+// next unit (n + groups) when the unit's chunks are issued, instead of recomputing each chunk's index from
+// (part, j, parts, jsplit). Each unit is summed by one warp in chunk order, as gemv_body sums it with parts = 1:
+// the same bytes. Decode step, graph, B = 1 (H200, session 15, a probe of this structure against main, two
+// rounds): 1b 645.1 / 646.0 -> 630.3 / 630.8 us, small 212.8 / 213.2 -> 204.5 / 205.3 us.
+template <bool PAIRS>
+struct UnitStream {
+    bf16* ring;  // [PIPE_STAGES][PIPE_CHUNK] this warp's slots, offset by this lane's 8 elements
+    const bf16* w;
+    int K, units, groups, mine, chunks;  // mine: chunks of a unit (PAIRS: both rows); chunks: of one row
+    size_t half;                         // PAIRS: elements from a unit's first row to its second
+    int unit, j, k, slot;  // the unit being issued, its next chunk and this lane's element of it, the ring slot
+    const bf16* row;       // the row being issued
+
+    __device__ __forceinline__ void start(int u) {  // u >= units: the end (nothing more is loaded)
+        unit = u;
+        j = 0;
+        k = (threadIdx.x & 31) * 8;
+        row = w + (size_t)u * K;
+    }
+    __device__ __forceinline__ void issue() {
+        if (unit < units) {
+            if (k < K) cp_async16(ring + slot * PIPE_CHUNK, row + k);
+            k += PIPE_CHUNK;
+            if (++j == mine) {
+                start(unit + groups);
+            } else if (PAIRS && j == chunks) {  // the unit's second row
+                row += half;
+                k = (threadIdx.x & 31) * 8;
+            }
+        }
+        slot = slot == PIPE_STAGES - 1 ? 0 : slot + 1;
+        cp_async_commit();
+    }
+};
+
+template <int XOP, bool PAIRS>
+__device__ __forceinline__ void gemv_unit_body(void* y, const bf16* __restrict__ x, const bf16* __restrict__ w,
+                                               const bf16* __restrict__ norm, const int* __restrict__ positions,
+                                               int N, int K, int mode, float eps) {
+    extern __shared__ __align__(16) unsigned char pipe_raw[];
+    __shared__ float scratch[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    const int group = blockIdx.x * nwarps + warp, groups = gridDim.x * nwarps;
+    const int chunks = (K + PIPE_CHUNK - 1) / PIPE_CHUNK, units = PAIRS ? N / 2 : N;
+    bf16* rings = reinterpret_cast<bf16*>(pipe_raw);      // [nwarps][PIPE_STAGES][PIPE_CHUNK]
+    bf16* xs = rings + nwarps * PIPE_STAGES * PIPE_CHUNK;  // [K] the input row
+    const bool on = row_active(positions, 0);  // positions may be read before the wait (pdl.cuh)
+    UnitStream<PAIRS> st{rings + warp * PIPE_STAGES * PIPE_CHUNK + lane * 8, w, K, units, groups,
+                         PAIRS ? 2 * chunks : chunks, chunks, (size_t)units * K};
+    st.slot = 0;
+    st.start(on ? group : units);  // an inactive row loads nothing
+#pragma unroll
+    for (int i = 0; i < PIPE_STAGES - 1; ++i) st.issue();
+    pdl_begin();  // the first ring is in flight before the wait; x is read after it
+    if (on) {
+        stage_x<XOP>(xs, x, norm, 0, K, 0, K, eps, scratch);
+        __syncthreads();
+        int slot = 0;
+        auto chunk = [&](int c, float& a) {  // as gemv_body's
+            cp_async_wait<PIPE_STAGES - 2>();
+            st.issue();
+            const int kk = c * PIPE_CHUNK + lane * 8;
+            if (kk < K) {
+                float wf[8], xf[8];
+                bf16x8_to_float(*reinterpret_cast<const uint4*>(st.ring + slot * PIPE_CHUNK), wf);
+                bf16x8_to_float(*reinterpret_cast<const uint4*>(xs + kk), xf);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) a = fmaf(wf[e], xf[e], a);
+            }
+            slot = slot == PIPE_STAGES - 1 ? 0 : slot + 1;
+        };
+        for (int n = group; n < units; n += groups) {
+            float acc = 0.0f, acc_u = 0.0f;  // the unit's first row; its second (PAIRS)
+            for (int c = 0; c < chunks; ++c) chunk(c, acc);
+            if (PAIRS) {
+                for (int c = 0; c < chunks; ++c) chunk(c, acc_u);
+                acc_u = warp_sum(acc_u);
+            }
+            acc = warp_sum(acc);
+            if (lane == 0) store_unit(y, mode, 0, 1, N, 0, n, acc, acc_u, true);
+        }
+    } else {  // block-uniform: no input read, zeros stored (store_row)
+        for (int n = group; n < units && lane == 0; n += groups)
+            store_unit(y, mode, 0, 1, N, 0, n, 0.0f, 0.0f, false);
+    }
+    cp_async_wait<0>();  // only empty groups remain
+}
+
 // 64 registers at most: 4 blocks of 8 warps would fit an SM; plans.py runs 3 (GEMV_THREE_PER_SM_SHARED).
 extern "C" __global__ void __launch_bounds__(256, 4) gemv(void* y, const bf16* __restrict__ x,
                                                           const bf16* __restrict__ w, const bf16* __restrict__ norm,
@@ -600,7 +693,16 @@ extern "C" __global__ void __launch_bounds__(256, 4) gemv(void* y, const bf16* _
     rg_trace_enter();
 #endif
     const int k0 = blockIdx.y * k_chunk, k1 = min(K, k0 + k_chunk);
-    if (mode == OUT_SILU && x_op == X_RMSNORM) {  // the decode step's gate_up
+    if (B == 1 && parts == 1 && gridDim.y == 1 && k_chunk >= K) {  // the unit stream (grid-uniform)
+        if (mode == OUT_SILU && x_op == X_RMSNORM)
+            gemv_unit_body<X_RMSNORM, true>(y, x, w, norm, positions, N, K, mode, eps);
+        else if (mode == OUT_SILU)
+            gemv_unit_body<X_PLAIN, true>(y, x, w, norm, positions, N, K, mode, eps);
+        else if (x_op == X_RMSNORM)
+            gemv_unit_body<X_RMSNORM, false>(y, x, w, norm, positions, N, K, mode, eps);
+        else
+            gemv_unit_body<X_PLAIN, false>(y, x, w, norm, positions, N, K, mode, eps);
+    } else if (mode == OUT_SILU && x_op == X_RMSNORM) {  // the decode step's gate_up
         gemv_body<X_RMSNORM, true>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, parts);
     } else if (mode == OUT_SILU) {
         gemv_body<X_PLAIN, true>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, parts);

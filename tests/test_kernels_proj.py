@@ -539,6 +539,39 @@ def test_gemv_any_grid(mods, stream, rng, N, K, x_op, out):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("x_op,out", [("plain", "f32"), ("rmsnorm", "residual"), ("rmsnorm", "silu")])
+@pytest.mark.parametrize("N,K", [(2048, 5632), (11264, 2048), (2304, 768), (98, 40)])
+def test_gemv_unit_stream(mods, stream, rng, N, K, x_op, out):
+    """At B = 1 with one warp per unit and one K range gemv runs its unit stream (gemv_unit_body); the bytes are
+    those of the general body summing the same row (row 0 of B = 2, one warp per unit), on the plan's grid, on 1
+    block (every ring wrapping across units) and on 3, and match the reference."""
+    eps = 1e-5
+    w = bf16(rng.standard_normal((N, K)) / math.sqrt(K))  # [N, K]
+    g = bf16(rng.uniform(0.5, 1.5, K))  # [K] norm weight
+    x = bf16(rng.standard_normal((2, K)) * 3.0)  # [2, K]: row 0 is the B = 1 input
+    res = bf16(rng.standard_normal((2, N // 2 if out == "silu" else N)))  # [2, N] residual (out="residual")
+    want = projected(fused_input(x[:1], g, eps, x_op), w, out)  # [1, N] or [1, N/2]
+    wd, xd, gd = upload(w), upload(x), upload(g)
+    plan = gemv_plan(1, N, K, out, "gemv", x_op=x_op)
+    want_dtype = np.float32 if out == "f32" else BF16
+
+    def run(B, blocks):  # one warp per unit, one K range: the unit stream's case at B = 1
+        y = upload(res[:B]) if out == "residual" else poisoned((B, *want.shape[1:]), want_dtype, stream)
+        p = replace(gemv_plan(B, N, K, out, "gemv", splits=1, x_op=x_op), grid=(blocks, 1, 1), parts=1)
+        for step in p.launches(y, xd, wd, None, B, N, K, gd, eps):
+            launch(mods["gemv"], step.kernel, step.grid, step.block, stream, step.shared, **step.args)
+        stream.synchronize()
+        return y.to_numpy()[:1]
+
+    general = run(2, plan.grid[0])  # B = 2: the general body
+    base = res[:1].astype(np.float64) if out == "residual" else 0.0
+    np.testing.assert_allclose(general.astype(np.float64), base + want, rtol=1e-2, atol=1e-2)
+    for blocks in (plan.grid[0], 1, 3):
+        got = run(1, blocks)
+        assert got.tobytes() == general.tobytes(), f"blocks={blocks} plan={plan}: differs from the general body"
+
+
+@pytest.mark.gpu
 def test_plans_blocks_per_sm(mods):
     """The occupancy the plans are built on, read back from the driver: gemv 3 blocks per SM under its
     shared-memory cap (the one-wave grid of plans.py; 4 by its registers alone), gemv_mma 3, or 2 under the plan's
