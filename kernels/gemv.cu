@@ -598,8 +598,10 @@ __device__ __forceinline__ void gemv_body(void* y, const bf16* __restrict__ x, c
 // barrier before the units (x staged), and the issue side walks a unit with a running offset and moves to its
 // next unit (n + groups) when the unit's chunks are issued, instead of recomputing each chunk's index from
 // (part, j, parts, jsplit). Each unit is summed by one warp in chunk order, as gemv_body sums it with parts = 1:
-// the same bytes. Decode step, graph, B = 1 (H200, session 15, a probe of this structure against main, two
-// rounds): 1b 645.1 / 646.0 -> 630.3 / 630.8 us, small 212.8 / 213.2 -> 204.5 / 205.3 us.
+// the same bytes. Decode step, graph, B = 1 (H200, session 15, three rounds in one call, with the plans' one warp
+// per unit): 1b 645.2 / 643.3 / 644.5 -> 622.1 / 621.7 / 622.3 us, small 213.2 / 212.4 / 212.6 -> 204.2 / 204.5 /
+// 204.5 us. Not by instruction count: its row loop is 150-165 SASS per 2 chunks against the general body's 137-141.
+// What it gains by is not isolated (the barrier before staging, the rounds, the chunk index are all gone at once).
 template <bool PAIRS>
 struct UnitStream {
     bf16* ring;  // [PIPE_STAGES][PIPE_CHUNK] this warp's slots, offset by this lane's 8 elements

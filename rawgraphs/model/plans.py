@@ -217,8 +217,8 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
             # finished last; measured at 4 blocks per SM), and 1 or 2 warps per unit, whichever leaves the
             # busiest warp fewer chunks (ties: 1). 1b B = 1 step 0.728 -> 0.715 ms (LM head 32.9 -> 31.7 us); 4 or
             # 8 warps per unit lost (0.759 ms, LM head 43.1 us: a warp reduction and a shared-memory round per
-            # chunk). H200, session 9. At B = 1 one warp per unit: gemv's unit stream (gemv.cu) serves only
-            # parts = 1, and beat the general body's 2 warps per unit on the 1b LM head (session 15).
+            # chunk). H200, session 9. At B = 1 one warp per unit, so that gemv's unit stream (gemv.cu, session 15:
+            # 1b 644 -> 622 us, its LM head going from 2 warps per unit to 1) serves them.
             parts = 1 if B == 1 else min((p for p in (1, 2) if p <= unit_chunks),
                                          key=lambda p: (math.ceil(units * p / target) * math.ceil(unit_chunks / p), p))
             groups = target // parts
