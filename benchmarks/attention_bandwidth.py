@@ -18,14 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import platform
-import subprocess
 from dataclasses import replace
 
 import ml_dtypes
 import numpy as np
 
-from rawgraphs.context import Event, Stream, device, driver_version
+from rawgraphs.bench.record import collect_metadata
+from rawgraphs.context import Event, Stream, device
 from rawgraphs.kernel import LaunchShape, Module
 from rawgraphs.memory import DeviceBuffer
 from rawgraphs.model.attn_plan import attention_plan
@@ -150,13 +149,7 @@ def main() -> None:
               f"{r['prefetch']:>2} {r['splits']:>3} {r['kv_mb']:>8.1f} {r['attention_us']:>8.2f} "
               f"{r['median_us']:>8.2f} {r['fused_us']:>8.2f} "
               f"{r['gbs']:>7.0f} {r['ratio']:>6.2f}")
-    try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], check=False, capture_output=True,
-                             text=True).stdout.strip()
-    except OSError:
-        rev = ""
-    meta = {"device": dev.name, "driver": driver_version(), "numpy": np.__version__,
-            "python": platform.python_version(), "git": rev, "kernel_attributes": attrs, "hbm_gbs": HBM_GBS}
+    meta = {**collect_metadata(), "kernel_attributes": attrs, "hbm_gbs": HBM_GBS}  # the harness's metadata
     with open(a.out, "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
 

@@ -186,6 +186,39 @@ def test_metadata_without_gpu(tmp_path, monkeypatch):
     BenchResult("cpu", meta).write_json(tmp_path / "cpu.json")  # a GPU-less record is valid
 
 
+def test_git_tree_names_the_files_as_they_are(tmp_path):
+    """metadata.git.tree is the tree id of the work tree's content, committed or not: equal to HEAD's tree on a
+    clean checkout, and to the tree of the commit that a dirty checkout's edits (a changed file, a new one, an
+    ignored one left out) would make."""
+    import subprocess
+
+    from rawgraphs.bench.record import _git
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "a.py").write_text("x = 1\n")
+    (tmp_path / ".gitignore").write_text("scratch/\n")
+    git("add", "-A")
+    git("commit", "-qm", "one")
+    clean = _git(tmp_path)
+    assert clean == {"rev": git("rev-parse", "HEAD"), "dirty": False, "tree": git("rev-parse", "HEAD^{tree}")}
+    (tmp_path / "a.py").write_text("x = 2\n")
+    (tmp_path / "b.py").write_text("y = 3\n")
+    (tmp_path / "scratch").mkdir()
+    (tmp_path / "scratch" / "c.py").write_text("ignored\n")
+    dirty = _git(tmp_path)
+    assert dirty["rev"] == clean["rev"] and dirty["dirty"] and dirty["tree"] != clean["tree"]
+    assert git("status", "--porcelain") != ""  # the throwaway index left the real one alone
+    git("add", "-A")
+    git("commit", "-qm", "two")
+    assert dirty["tree"] == git("rev-parse", "HEAD^{tree}")
+    assert "git " + dirty["rev"][:10] + " (dirty, tree " + dirty["tree"][:10] + ")" in metadata_line(
+        {"git": dirty, "packages": {}})
+
+
 def test_metadata_does_not_import_torch():
     import sys
     had_torch = "torch" in sys.modules

@@ -9,9 +9,11 @@ from __future__ import annotations
 import datetime
 import importlib.metadata
 import json
+import os
 import platform
 import socket
 import subprocess
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,16 +40,31 @@ def _version(dists: Sequence[str]) -> str | None:
 
 
 def _git(repo: Path) -> dict | None:
-    """``{"rev", "dirty"}`` of the checkout at ``repo``, or None outside a git checkout / without git."""
-    def run(*args: str) -> str:
+    """``{"rev", "dirty", "tree"}`` of the checkout at ``repo``, or None outside a git checkout / without git.
+
+    ``tree`` is the git tree id of the files as they are (every file git does not ignore, committed or not), so a
+    result names its source even when ``rev`` is stale or the tree dirty (the device machine runs a copy of the
+    working tree whose ``.git`` may be older): ``git log --format='%h %T'`` finds the commit of the same content.
+    It is computed through a throwaway index, which leaves unreachable blobs behind (``git gc`` drops them);
+    absent where that fails (a read-only ``.git``).
+    """
+    def run(*args: str, env: dict | None = None) -> str:
         return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True,
-                              timeout=10).stdout.strip()
+                              timeout=30, env=env).stdout.strip()
     try:
         rev = run("rev-parse", "HEAD")
         dirty = bool(run("status", "--porcelain", "--untracked-files=no"))
     except (OSError, subprocess.SubprocessError):
         return None
-    return {"rev": rev, "dirty": dirty}
+    out = {"rev": rev, "dirty": dirty}
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        try:
+            run("add", "-A", env=env)
+            out["tree"] = run("write-tree", env=env)
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return out
 
 
 def _gpu() -> tuple[str | None, dict | None]:
@@ -182,6 +199,8 @@ def validate(doc: dict) -> None:
         _need(meta["device"], _DEVICE, "metadata.device.")
     if meta["git"] is not None:
         _need(meta["git"], _GIT, "metadata.git.")
+        if "tree" in meta["git"]:  # optional: results written before it existed have none
+            _need(meta["git"], {"tree": str}, "metadata.git.")
     for i, row in enumerate(doc["rows"]):
         where = f"rows[{i}]"
         if not _is(row, dict):

@@ -111,7 +111,11 @@ def metadata_line(meta: Mapping) -> str:
              f"driver: CUDA {meta.get('driver') or '-'}", f"NVRTC {meta.get('nvrtc') or '-'}"]
     parts += [f"{name} {v}" for name, v in meta.get("packages", {}).items() if v]
     git = meta.get("git")
-    parts.append(f"git {git['rev'][:10]}{' (dirty)' if git['dirty'] else ''}" if git else "git: -")
+    if git:
+        notes = (["dirty"] if git["dirty"] else []) + ([f"tree {git['tree'][:10]}"] if "tree" in git else [])
+        parts.append(f"git {git['rev'][:10]}" + (f" ({', '.join(notes)})" if notes else ""))
+    else:
+        parts.append("git: -")
     parts.append(meta.get("date_utc", "-"))
     return " · ".join(parts)
 
