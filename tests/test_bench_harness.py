@@ -188,11 +188,11 @@ def test_metadata_without_gpu(tmp_path, monkeypatch):
 
 def test_git_tree_names_the_files_as_they_are(tmp_path):
     """metadata.git.tree is the tree id of the work tree's content, committed or not: equal to HEAD's tree on a
-    clean checkout, and to the tree of the commit that a dirty checkout's edits (a changed file, a new one, an
-    ignored one left out) would make."""
+    clean checkout, and to the tree of the commit that a dirty checkout's edits would make (a changed file, a new
+    one; an ignored one and an untracked one over the size limit left out)."""
     import subprocess
 
-    from rawgraphs.bench.record import _git
+    from rawgraphs.bench.record import _TREE_UNTRACKED_MAX, _git
 
     def git(*args):
         return subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *args],
@@ -209,7 +209,9 @@ def test_git_tree_names_the_files_as_they_are(tmp_path):
     (tmp_path / "b.py").write_text("y = 3\n")
     (tmp_path / "scratch").mkdir()
     (tmp_path / "scratch" / "c.py").write_text("ignored\n")
+    (tmp_path / "weights.bin").write_bytes(b"\0" * (_TREE_UNTRACKED_MAX + 1))  # a big untracked file: left out
     dirty = _git(tmp_path)
+    (tmp_path / "weights.bin").unlink()
     assert dirty["rev"] == clean["rev"] and dirty["dirty"] and dirty["tree"] != clean["tree"]
     assert git("status", "--porcelain") != ""  # the throwaway index left the real one alone
     git("add", "-A")

@@ -39,18 +39,21 @@ def _version(dists: Sequence[str]) -> str | None:
     return None
 
 
+_TREE_UNTRACKED_MAX = 1 << 20  # bytes: larger untracked files (a checkpoint beside the code) stay out of the tree id
+
+
 def _git(repo: Path) -> dict | None:
     """``{"rev", "dirty", "tree"}`` of the checkout at ``repo``, or None outside a git checkout / without git.
 
-    ``tree`` is the git tree id of the files as they are (every file git does not ignore, committed or not), so a
-    result names its source even when ``rev`` is stale or the tree dirty (the device machine runs a copy of the
-    working tree whose ``.git`` may be older): ``git log --format='%h %T'`` finds the commit of the same content.
-    It is computed through a throwaway index, which leaves unreachable blobs behind (``git gc`` drops them);
-    absent where that fails (a read-only ``.git``).
+    ``tree`` is the git tree id of the files as they are: the tracked ones as edited, plus untracked files git does
+    not ignore up to :data:`_TREE_UNTRACKED_MAX` bytes. A result so names its source even when ``rev`` is stale or
+    the tree dirty (the device machine runs a copy of the working tree whose ``.git`` may be older):
+    ``git log --format='%h %T'`` finds the commit of the same content. It is computed through a throwaway index,
+    which leaves unreachable blobs behind (``git gc`` drops them); absent where that fails (a read-only ``.git``).
     """
-    def run(*args: str, env: dict | None = None) -> str:
+    def run(*args: str, env: dict | None = None, stdin: str | None = None) -> str:
         return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True,
-                              timeout=30, env=env).stdout.strip()
+                              timeout=30, env=env, input=stdin).stdout.strip()
     try:
         rev = run("rev-parse", "HEAD")
         dirty = bool(run("status", "--porcelain", "--untracked-files=no"))
@@ -60,7 +63,13 @@ def _git(repo: Path) -> dict | None:
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
         try:
-            run("add", "-A", env=env)
+            run("read-tree", "HEAD", env=env)
+            run("add", "-u", env=env)
+            top = Path(run("rev-parse", "--show-toplevel"))
+            new = [f for f in run("ls-files", "--others", "--exclude-standard", "-z", env=env).split("\0")
+                   if f and (top / f).is_file() and (top / f).stat().st_size <= _TREE_UNTRACKED_MAX]
+            if new:
+                run("add", "--pathspec-from-file=-", "--pathspec-file-nul", env=env, stdin="\0".join(new))
             out["tree"] = run("write-tree", env=env)
         except (OSError, subprocess.SubprocessError):
             pass
