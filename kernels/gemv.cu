@@ -456,6 +456,16 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int n>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(n) : "memory"); }
 
+// a + w[0:8] . x[0:8], in element order (8 bf16 each, 16-byte aligned shared memory): one lane's share of a chunk.
+__device__ __forceinline__ float dot8(float a, const bf16* w, const bf16* x) {
+    float wf[8], xf[8];
+    bf16x8_to_float(*reinterpret_cast<const uint4*>(w), wf);
+    bf16x8_to_float(*reinterpret_cast<const uint4*>(x), xf);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) a = fmaf(wf[e], xf[e], a);
+    return a;
+}
+
 // The issue side of one warp's ring: its chunks of its rows in order, one commit group per chunk (empty past
 // the end, so the wait count stays fixed).
 // PAIRS (OUT_SILU): a unit is two rows; this warp's chunks j >= jsplit are in the second. A compile-time switch:
@@ -547,13 +557,7 @@ __device__ __forceinline__ void gemv_body(void* y, const bf16* __restrict__ x, c
             cp_async_wait<PIPE_STAGES - 2>();
             st.issue();
             const int kk = c * PIPE_CHUNK + lane * 8;
-            if (k0 + kk < k1) {
-                float wf[8], xf[8];
-                bf16x8_to_float(*reinterpret_cast<const uint4*>(st.ring + slot * PIPE_CHUNK + lane * 8), wf);
-                bf16x8_to_float(*reinterpret_cast<const uint4*>(xs + kk), xf);
-#pragma unroll
-                for (int e = 0; e < 8; ++e) a = fmaf(wf[e], xf[e], a);
-            }
+            if (k0 + kk < k1) a = dot8(a, st.ring + slot * PIPE_CHUNK + lane * 8, xs + kk);
             slot = slot == PIPE_STAGES - 1 ? 0 : slot + 1;
         };
         // Units in rounds of RED_UNITS (a count that is the same for every warp of the grid, so every warp
@@ -660,13 +664,7 @@ __device__ __forceinline__ void gemv_unit_body(void* y, const bf16* __restrict__
             cp_async_wait<PIPE_STAGES - 2>();
             st.issue();
             const int kk = c * PIPE_CHUNK + lane * 8;
-            if (kk < K) {
-                float wf[8], xf[8];
-                bf16x8_to_float(*reinterpret_cast<const uint4*>(st.ring + slot * PIPE_CHUNK), wf);
-                bf16x8_to_float(*reinterpret_cast<const uint4*>(xs + kk), xf);
-#pragma unroll
-                for (int e = 0; e < 8; ++e) a = fmaf(wf[e], xf[e], a);
-            }
+            if (kk < K) a = dot8(a, st.ring + slot * PIPE_CHUNK, xs + kk);
             slot = slot == PIPE_STAGES - 1 ? 0 : slot + 1;
         };
         for (int n = group; n < units; n += groups) {
