@@ -189,7 +189,7 @@ def test_metadata_without_gpu(tmp_path, monkeypatch):
 def test_git_tree_names_the_files_as_they_are(tmp_path):
     """metadata.git.tree is the tree id of the work tree's content, committed or not: equal to HEAD's tree on a
     clean checkout, and to the tree of the commit that a dirty checkout's edits would make (a changed file, a new
-    one; an ignored one and an untracked one over the size limit left out)."""
+    one; an ignored one and an untracked one over the size limit left out), from the top folder or a subfolder."""
     import subprocess
 
     from rawgraphs.bench.record import _TREE_UNTRACKED_MAX, _git
@@ -201,6 +201,8 @@ def test_git_tree_names_the_files_as_they_are(tmp_path):
     git("init", "-q")
     (tmp_path / "a.py").write_text("x = 1\n")
     (tmp_path / ".gitignore").write_text("scratch/\n")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "m.py").write_text("z = 0\n")
     git("add", "-A")
     git("commit", "-qm", "one")
     clean = _git(tmp_path)
@@ -211,6 +213,7 @@ def test_git_tree_names_the_files_as_they_are(tmp_path):
     (tmp_path / "scratch" / "c.py").write_text("ignored\n")
     (tmp_path / "weights.bin").write_bytes(b"\0" * (_TREE_UNTRACKED_MAX + 1))  # a big untracked file: left out
     dirty = _git(tmp_path)
+    assert _git(tmp_path / "pkg") == dirty  # from a subfolder: the same whole-checkout tree
     (tmp_path / "weights.bin").unlink()
     assert dirty["rev"] == clean["rev"] and dirty["dirty"] and dirty["tree"] != clean["tree"]
     assert git("status", "--porcelain") != ""  # the throwaway index left the real one alone

@@ -51,26 +51,26 @@ def _git(repo: Path) -> dict | None:
     ``git log --format='%h %T'`` finds the commit of the same content. It is computed through a throwaway index,
     which leaves unreachable blobs behind (``git gc`` drops them); absent where that fails (a read-only ``.git``).
     """
-    def run(*args: str, env: dict | None = None, stdin: str | None = None) -> str:
-        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True,
+    def run(*args: str, where: Path = repo, env: dict | None = None, stdin: str | None = None) -> str:
+        return subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True, check=True,
                               timeout=30, env=env, input=stdin).stdout.strip()
     try:
         rev = run("rev-parse", "HEAD")
         dirty = bool(run("status", "--porcelain", "--untracked-files=no"))
+        top = Path(run("rev-parse", "--show-toplevel"))  # paths below are relative to it, wherever repo is
     except (OSError, subprocess.SubprocessError):
         return None
     out = {"rev": rev, "dirty": dirty}
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
         try:
-            run("read-tree", "HEAD", env=env)
-            run("add", "-u", env=env)
-            top = Path(run("rev-parse", "--show-toplevel"))
-            new = [f for f in run("ls-files", "--others", "--exclude-standard", "-z", env=env).split("\0")
+            run("read-tree", "HEAD", where=top, env=env)
+            run("add", "-u", where=top, env=env)
+            new = [f for f in run("ls-files", "--others", "--exclude-standard", "-z", where=top, env=env).split("\0")
                    if f and (top / f).is_file() and (top / f).stat().st_size <= _TREE_UNTRACKED_MAX]
             if new:
-                run("add", "--pathspec-from-file=-", "--pathspec-file-nul", env=env, stdin="\0".join(new))
-            out["tree"] = run("write-tree", env=env)
+                run("add", "--pathspec-from-file=-", "--pathspec-file-nul", where=top, env=env, stdin="\0".join(new))
+            out["tree"] = run("write-tree", where=top, env=env)
         except (OSError, subprocess.SubprocessError):
             pass
     return out
