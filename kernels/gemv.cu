@@ -650,8 +650,7 @@ __device__ __forceinline__ void gemv_unit_body(void* y, const bf16* __restrict__
     bf16* xs = rings + nwarps * PIPE_STAGES * PIPE_CHUNK;  // [K] the input row
     const bool on = row_active(positions, 0);  // positions may be read before the wait (pdl.cuh)
     UnitStream<PAIRS> st{rings + warp * PIPE_STAGES * PIPE_CHUNK + lane * 8, w, K, units, groups,
-                         PAIRS ? 2 * chunks : chunks, chunks, (size_t)units * K};
-    st.slot = 0;
+                         PAIRS ? 2 * chunks : chunks, chunks, (size_t)units * K};  // the rest zero (slot 0)
     st.start(on ? group : units);  // an inactive row loads nothing
 #pragma unroll
     for (int i = 0; i < PIPE_STAGES - 1; ++i) st.issue();
