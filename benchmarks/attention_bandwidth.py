@@ -120,8 +120,8 @@ def main() -> None:
     dev = device()
     mods = {"attention": Module.from_file("attention"), "spin": Module.from_source(SPIN, "spin.cu")}
     attrs = {n: mods["attention"].kernel(n).attributes()
-             for n in ("attention_hd128_g1", "attention_hd128_g4", "attention_hd64_g1", "attention_hd16_g2",
-                       "attention_combine")}
+             for n in ("attention_hd128_g1", "attention_hd128_g1_pre", "attention_hd128_g4", "attention_hd64_g1",
+                       "attention_hd16_g2", "attention_combine")}
     rows = []
     with Stream.create() as stream:
         for kvh in (16, 4):

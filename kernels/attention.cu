@@ -16,8 +16,10 @@
 // whose split holds pos appends the new K/V (one block per KV head writes the cache) and uses the new token from
 // shared memory, never from the cache slot it writes in the same launch.
 //
-// attention_hd{16,64,128}_g{1,2,4}: one entry point per head dim hd and query heads per block G (both
-//   template parameters inside, so each variant holds only the registers it needs).
+// attention_hd{16,64,128}_g{1,2,4}[_pre]: one entry point per head dim hd and query heads per block G (both
+//   template parameters inside, so each variant holds only the registers it needs); the _pre twin loads each
+//   warp's first K/V page into registers before the PDL wait (same results, bit for bit; more registers, so
+//   attn_plan.py gives it to B = 1 only).
 //   grid  = (B, H / G, max_splits), block = (128) = 4 warps, no dynamic shared memory.
 //   Block (b, y, s) serves query heads [y*G, y*G + G) (G divides H/KVH: all of one KV head's group, or an
 //   equal share of it, so the group's K/V is read once per block) over tokens [s*part, (s+1)*part) of row b,
@@ -33,10 +35,10 @@
 //   max_splits  > 1, counters null: the block writes unnormalised partials (fp32) to the workspace;
 //   attention_combine merges them.
 //   max_splits  > 1, counters given (fused combine, no second launch): a row whose context fits one
-//   split is written directly by its split-0 block; otherwise every block with tokens writes its partials,
-//   fences, and counts itself in counters[b, y]; the last of the row's n = ceil(ctx / part) blocks
-//   resets the counter to 0 (ready for the next launch or graph replay) and merges the n partials in split
-//   order (the same order whichever block is last: bit-identical run to run).
+//   split is written directly by its split-0 block; otherwise every block with tokens writes its partials
+//   and counts itself in counters[b, y] (one acq_rel atomic after a barrier); the last of the row's
+//   n = ceil(ctx / part) blocks resets the counter to 0 (ready for the next launch or graph replay) and merges
+//   the n partials in split order (the same order whichever block is last: bit-identical run to run).
 //   Contexts are clamped to min(max_blocks * 16, max_splits * partition) (what the table and grid can hold).
 //   Arguments:
 //     out          [B, H * hd]                    bf16   (written when max_splits == 1)
@@ -107,7 +109,7 @@ __device__ __forceinline__ uint4 rope8(const uint4& raw, int c, const float* cos
     return float_to_bf16x8(x);
 }
 
-template <int HD, int G>
+template <int HD, int G, bool PRE>
 __device__ __forceinline__ void attention_block(
         __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
         int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
@@ -161,10 +163,24 @@ __device__ __forceinline__ void attention_block(
         cos_s[i] = rope_cos[angles + i];
         sin_s[i] = rope_sin[angles + i];
     }
+    // PRE (the _pre entry points): each warp's first K/V page is loaded into the page loop's registers before the
+    // wait, so the loop starts without an L2 round trip after it. Old pages do not depend on the kernel before
+    // (kernels/pdl.cuh); slots at or past t1 are masked in the loop. Holding them across the wait costs
+    // registers (hd128_g1 80 -> 126), so only B = 1 plans take it (attn_plan.py).
+    const bool preloaded = PRE && first * ATTN_PAGE < (newest ? pos : min(t0 + part, ctx));  // a page before t1
+    uint4 kr[J], vr[J];
+    if (preloaded) {
+        const long long base = (((long long)__shfl_sync(0xffffffffu, my_blk, 0) * n_kv_heads + kh) * ATTN_PAGE) * HD;
+#pragma unroll
+        for (int j = 0; j < J; ++j) kr[j] = __ldg(reinterpret_cast<const uint4*>(k_cache + base) + j * 32 + lane);
+#pragma unroll
+        for (int j = 0; j < J; ++j) vr[j] = __ldg(reinterpret_cast<const uint4*>(v_cache + base) + j * 32 + lane);
+    }
     {
         constexpr int LINES = ATTN_PAGE * HD * 2 / 128;  // 128-byte lines of one page's K (and of its V)
         const int t_end = min(t0 + part, ctx);
-        for (int i = 0, page = first; i < prefetch && page * ATTN_PAGE < t_end; ++i, page += ATTN_WARPS) {
+        for (int i = preloaded, page = first + preloaded * ATTN_WARPS; i < prefetch && page * ATTN_PAGE < t_end;
+             ++i, page += ATTN_WARPS) {
             const long long base = (((long long)__shfl_sync(0xffffffffu, my_blk, i) * n_kv_heads + kh)
                                     * ATTN_PAGE) * HD;
             for (int l = lane; l < 2 * LINES; l += 32) {
@@ -220,15 +236,16 @@ __device__ __forceinline__ void attention_block(
     }
 
     for (int i = 0, page = first; page * ATTN_PAGE < t1; ++i, page += ATTN_WARPS) {
-        const int blk = __shfl_sync(0xffffffffu, my_blk, i);
-        const long long base = (((long long)blk * n_kv_heads + kh) * ATTN_PAGE) * HD;
-        const uint4* kp = reinterpret_cast<const uint4*>(k_cache + base);
-        const uint4* vp = reinterpret_cast<const uint4*>(v_cache + base);
-        uint4 kr[J], vr[J];
+        if (i > 0 || !preloaded) {
+            const int blk = __shfl_sync(0xffffffffu, my_blk, i);
+            const long long base = (((long long)blk * n_kv_heads + kh) * ATTN_PAGE) * HD;
+            const uint4* kp = reinterpret_cast<const uint4*>(k_cache + base);
+            const uint4* vp = reinterpret_cast<const uint4*>(v_cache + base);
 #pragma unroll
-        for (int j = 0; j < J; ++j) kr[j] = __ldg(kp + j * 32 + lane);
+            for (int j = 0; j < J; ++j) kr[j] = __ldg(kp + j * 32 + lane);
 #pragma unroll
-        for (int j = 0; j < J; ++j) vr[j] = __ldg(vp + j * 32 + lane);
+            for (int j = 0; j < J; ++j) vr[j] = __ldg(vp + j * 32 + lane);
+        }
         float s[G][J];
 #pragma unroll
         for (int j = 0; j < J; ++j) {
@@ -383,132 +400,241 @@ __device__ __forceinline__ void attention_block(
     }
 }
 
-// One entry point per (head dim, query heads per block): each gets only the registers its G needs.
-// Spelled out, not macro-generated: rawgraphs reads kernel signatures from this source text (kernel.py).
+// One entry point per (head dim, query heads per block, first page preloaded): each gets only the registers
+// its G and PRE need. Spelled out, not macro-generated: rawgraphs reads kernel signatures from this source text
+// (kernel.py).
 extern "C" __global__ void __launch_bounds__(128)
-attention_hd16_g1(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-                  int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
-                  __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
-                  const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                  int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch, float scale,
-                  const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
+attention_hd16_g1(
+        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
+        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
+        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
+        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<16, 1>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
-                           max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale,
-                           rope_cos,
-                           rope_sin);
+    attention_block<16, 1, false>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
+        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
+        rope_sin);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
-attention_hd16_g2(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-                  int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
-                  __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
-                  const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                  int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch, float scale,
-                  const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
+attention_hd16_g1_pre(
+        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
+        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
+        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
+        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<16, 2>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
-                           max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale,
-                           rope_cos,
-                           rope_sin);
+    attention_block<16, 1, true>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
+        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
+        rope_sin);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
-attention_hd16_g4(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-                  int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
-                  __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
-                  const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                  int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch, float scale,
-                  const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
+attention_hd16_g2(
+        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
+        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
+        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
+        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<16, 4>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
-                           max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale,
-                           rope_cos,
-                           rope_sin);
+    attention_block<16, 2, false>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
+        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
+        rope_sin);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
-attention_hd64_g1(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-                  int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
-                  __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
-                  const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                  int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch, float scale,
-                  const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
+attention_hd16_g2_pre(
+        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
+        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
+        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
+        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<64, 1>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
-                           max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale,
-                           rope_cos,
-                           rope_sin);
+    attention_block<16, 2, true>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
+        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
+        rope_sin);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
-attention_hd64_g2(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-                  int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
-                  __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
-                  const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                  int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch, float scale,
-                  const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
+attention_hd16_g4(
+        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
+        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
+        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
+        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<64, 2>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
-                           max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale,
-                           rope_cos,
-                           rope_sin);
+    attention_block<16, 4, false>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
+        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
+        rope_sin);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
-attention_hd64_g4(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-                  int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
-                  __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
-                  const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                  int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch, float scale,
-                  const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
+attention_hd16_g4_pre(
+        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
+        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
+        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
+        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<64, 4>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
-                           max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale,
-                           rope_cos,
-                           rope_sin);
+    attention_block<16, 4, true>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
+        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
+        rope_sin);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
-attention_hd128_g1(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-                   int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
-                   __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
-                   const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                   int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch, float scale,
-                  const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
+attention_hd64_g1(
+        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
+        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
+        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
+        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<128, 1>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
-                            max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale,
-                           rope_cos,
-                           rope_sin);
+    attention_block<64, 1, false>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
+        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
+        rope_sin);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
-attention_hd128_g2(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-                   int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
-                   __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
-                   const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                   int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch, float scale,
-                  const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
+attention_hd64_g1_pre(
+        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
+        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
+        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
+        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<128, 2>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
-                            max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale,
-                           rope_cos,
-                           rope_sin);
+    attention_block<64, 1, true>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
+        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
+        rope_sin);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
-attention_hd128_g4(__nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-                   int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv,
-                   __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
-                   const int* __restrict__ block_tables, const int* __restrict__ positions, int max_blocks, int n_heads,
-                   int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch, float scale,
-                  const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
+attention_hd64_g2(
+        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
+        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
+        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
+        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<128, 4>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
-                            max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale,
-                           rope_cos,
-                           rope_sin);
+    attention_block<64, 2, false>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
+        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
+        rope_sin);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+attention_hd64_g2_pre(
+        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
+        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
+        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
+        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
+    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
+    attention_block<64, 2, true>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
+        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
+        rope_sin);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+attention_hd64_g4(
+        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
+        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
+        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
+        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
+    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
+    attention_block<64, 4, false>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
+        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
+        rope_sin);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+attention_hd64_g4_pre(
+        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
+        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
+        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
+        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
+    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
+    attention_block<64, 4, true>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
+        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
+        rope_sin);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+attention_hd128_g1(
+        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
+        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
+        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
+        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
+    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
+    attention_block<128, 1, false>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
+        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
+        rope_sin);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+attention_hd128_g1_pre(
+        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
+        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
+        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
+        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
+    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
+    attention_block<128, 1, true>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
+        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
+        rope_sin);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+attention_hd128_g2(
+        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
+        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
+        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
+        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
+    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
+    attention_block<128, 2, false>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
+        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
+        rope_sin);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+attention_hd128_g2_pre(
+        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
+        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
+        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
+        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
+    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
+    attention_block<128, 2, true>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
+        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
+        rope_sin);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+attention_hd128_g4(
+        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
+        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
+        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
+        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
+    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
+    attention_block<128, 4, false>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
+        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
+        rope_sin);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+attention_hd128_g4_pre(
+        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
+        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
+        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
+        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
+    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
+    attention_block<128, 4, true>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
+        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
+        rope_sin);
 }
 
 extern "C" __global__ void __launch_bounds__(ATTN_COMBINE_THREADS)

@@ -4,6 +4,7 @@ absolute 1e-2 of the output's scale)."""
 
 import math
 import re
+from dataclasses import replace
 
 import ml_dtypes
 import numpy as np
@@ -28,8 +29,8 @@ def test_compiles(arch):
 
 def test_signatures():
     sigs = parse_signatures((kernel_dir() / "attention.cu").read_text())
-    assert set(sigs) == {f"attention_hd{hd}_g{g}" for hd in (16, 64, 128) for g in (1, 2, 4)} | {
-        "attention_combine"}
+    assert set(sigs) == {f"attention_hd{hd}_g{g}{pre}" for hd in (16, 64, 128) for g in (1, 2, 4)
+                         for pre in ("", "_pre")} | {"attention_combine"}
     for name, sig in sigs.items():
         if name != "attention_combine":
             assert sig.names == ("out", "part_o", "part_ml", "counters", "qkv", "k_cache", "v_cache",
@@ -59,7 +60,8 @@ def test_plan_args_fill_the_signatures():
 
 def test_plan_shapes():
     p = attention_plan(16, 16, 128, batch=1, max_seq_len=4096)
-    assert p.kernel == "attention_hd128_g1" and p.heads_per_block == 1
+    assert p.kernel == "attention_hd128_g1_pre" and p.heads_per_block == 1  # B = 1: the first page preloaded
+    assert attention_plan(16, 16, 128, batch=2, max_seq_len=4096).kernel == "attention_hd128_g1"
     assert p.attention.grid == (1, 16, 4096 // p.partition) and p.combine
     assert p.part_o_shape == (1, 16, p.max_splits, 128) and p.part_ml_shape == (1, 16, p.max_splits, 2)
     assert p.counters_shape == (1, 16)
@@ -177,6 +179,8 @@ ATTN_CASES = [
     (1, 16, 16, 128, 4096, [513], None),  # runtime split length: 9 splits of 64 tokens
     (2, 16, 16, 128, 4096, [1000, 2500], None),  # 16 splits of 64; 20 of 128 (the plan's partition)
     (1, 16, 4, 128, 4096, [1], None),
+    (1, 8, 2, 64, 1024, [60], None),  # B = 1, hd 64, G = 4: the preloaded page holds the new token's slot
+    (1, 4, 4, 16, 256, [17], None),  # B = 1, hd 16: the new token first in its page (warp 0 preloads page 0)
     (3, 16, 4, 128, 4096, [17, 4096, 100], None),
     (8, 8, 8, 64, 1024, [1, 15, 16, 17, 100, 513, 1024, 0], None),
     (8, 16, 4, 64, 1024, [1, 15, 16, 17, 100, 513, 1024, 0], 64),
@@ -244,4 +248,8 @@ def test_attention_matches_reference(attn_mod, stream, rng, batch, n_heads, kvh,
 
     for _ in range(2):  # bit-identical run to run (fixed merge order; the counters only pick the merging block)
         again = run_attention(attn_mod, stream, qkv, k_cache, v_cache, tables, positions, plan, theta, counters)
+        assert again[0].tobytes() == out.tobytes() and again[1].tobytes() == got_k.tobytes()
+    if plan.kernel.endswith("_pre"):  # the first pages loaded before the wait or in the loop: the same bytes
+        plain = replace(plan, kernel=plan.kernel.removesuffix("_pre"))
+        again = run_attention(attn_mod, stream, qkv, k_cache, v_cache, tables, positions, plain, theta, counters)
         assert again[0].tobytes() == out.tobytes() and again[1].tobytes() == got_k.tobytes()
