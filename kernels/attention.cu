@@ -19,7 +19,7 @@
 // attention_hd{16,64,128}_g{1,2,4}[_pre]: one entry point per head dim hd and query heads per block G (both
 //   template parameters inside, so each variant holds only the registers it needs); the _pre twin loads each
 //   warp's first K/V page into registers before the PDL wait (same results, bit for bit; more registers, so
-//   attn_plan.py gives it to B = 1 only).
+//   attn_plan.py gives it to B <= 4).
 //   grid  = (B, H / G, max_splits), block = (128) = 4 warps, no dynamic shared memory.
 //   Block (b, y, s) serves query heads [y*G, y*G + G) (G divides H/KVH: all of one KV head's group, or an
 //   equal share of it, so the group's K/V is read once per block) over tokens [s*part, (s+1)*part) of row b,
@@ -166,7 +166,7 @@ __device__ __forceinline__ void attention_block(
     // PRE (the _pre entry points): each warp's first K/V page is loaded into the page loop's registers before the
     // wait, so the loop starts without an L2 round trip after it. Old pages do not depend on the kernel before
     // (kernels/pdl.cuh); slots at or past t1 are masked in the loop. Holding them across the wait costs
-    // registers (hd128_g1 80 -> 126), so only B = 1 plans take it (attn_plan.py).
+    // registers (hd128_g1 80 -> 126), so only plans up to B = 4 take it (attn_plan.py).
     const bool preloaded = PRE && first * ATTN_PAGE < (newest ? pos : min(t0 + part, ctx));  // a page before t1
     uint4 kr[J], vr[J];
     if (preloaded) {

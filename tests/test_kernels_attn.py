@@ -61,7 +61,8 @@ def test_plan_args_fill_the_signatures():
 def test_plan_shapes():
     p = attention_plan(16, 16, 128, batch=1, max_seq_len=4096)
     assert p.kernel == "attention_hd128_g1_pre" and p.heads_per_block == 1  # B = 1: the first page preloaded
-    assert attention_plan(16, 16, 128, batch=2, max_seq_len=4096).kernel == "attention_hd128_g1"
+    assert [attention_plan(16, 16, 128, batch=b, max_seq_len=4096).kernel for b in (2, 4, 5, 8)] == \
+        ["attention_hd128_g1_pre"] * 2 + ["attention_hd128_g1"] * 2  # _pre up to B = 4
     assert p.attention.grid == (1, 16, 4096 // p.partition) and p.combine
     assert p.part_o_shape == (1, 16, p.max_splits, 128) and p.part_ml_shape == (1, 16, p.max_splits, 2)
     assert p.counters_shape == (1, 16)
@@ -91,7 +92,7 @@ def test_plan_shapes():
                                        (12, 2, 2)])
 def test_plan_heads_per_block(h, kvh, g):
     p = attention_plan(h, kvh, 64, batch=2, max_seq_len=256)
-    assert p.heads_per_block == g and p.attention.grid[1] == h // g and p.kernel == f"attention_hd64_g{g}"
+    assert p.heads_per_block == g and p.attention.grid[1] == h // g and p.kernel == f"attention_hd64_g{g}_pre"
     assert (h // kvh) % g == 0  # a block never straddles two KV heads
 
 

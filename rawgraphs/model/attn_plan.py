@@ -47,6 +47,11 @@ _SHORT_CONTEXT = 512  # the context a decode step must also fill the GPU at (see
 # attention, isolated, 0 / 2 pages: B=1 ctx 513 9.86 / 9.42 us; B=8 ctx 513 15.9 / 18.4, ctx 4096 78.5 / 88.7;
 # B=37 ctx 513 45.0 / 48.2; B=64 ctx 4096 503 / 515 us; benchmarks/NOTES.md, session 4)
 _PREFETCH_B1 = 2
+# The largest batch whose plan takes the _pre attention entries (first K/V page in registers before the PDL wait).
+# H200, session 16, step_costs at context 512 (two rounds), step us: B = 1 1b 616 -> 599, small 202 -> 196;
+# B = 2 1067 -> 1049, 287 -> 276; B = 4 1175 -> 1146, 318 -> 308. Past it, one round: B = 8 1b 1220 -> 1230 (lost),
+# small 334 -> 327; B = 16 1650 -> 1638, 455 -> 436; B = 32 2411 -> 2410, 1090 -> 1066 (benchmarks/NOTES.md).
+_PRE_MAX_BATCH = 4
 _SHORT_SPLITS = 16  # at most this many splits hold a short-context plan's row (ATTN_SHORT_SPLITS in attention.cu)
 
 
@@ -56,9 +61,9 @@ class AttentionPlan:
 
     Attributes
     ----------
-    kernel : the attention entry point, ``"attention_hd<hd>_g<G>"``, or at B = 1 its ``_pre`` twin, which loads
-        each warp's first K/V page into registers before the PDL wait (more registers per thread: only where
-        occupancy does not matter; H200, session 16, context 512: 1b B=1 step -19.5 us, small -5.6 us).
+    kernel : the attention entry point, ``"attention_hd<hd>_g<G>"``, or up to B = 4 its ``_pre`` twin, which
+        loads each warp's first K/V page into registers before the PDL wait (more registers per thread; H200,
+        context 512: 1b B = 1 step -17 us, small -6 us; see ``_PRE_MAX_BATCH``).
     heads_per_block : G, query heads served by one block (all of one KV head's group, or an equal share of it;
         4, 2 or 1).
     partition : tokens per split; max_splits = ceil(max_seq_len / partition).
@@ -161,7 +166,7 @@ def attention_plan(n_heads: int, n_kv_heads: int, head_dim: int, batch: int, max
         raise ValueError(f"partition {partition} must be a multiple of 64 in [64, 2048]")
     splits = math.ceil(max_seq_len / partition)
     return AttentionPlan(
-        kernel=f"attention_hd{head_dim}_g{g}" + ("_pre" if batch == 1 else ""),
+        kernel=f"attention_hd{head_dim}_g{g}" + ("_pre" if batch <= _PRE_MAX_BATCH else ""),
         attention=LaunchShape(grid=(batch, y, splits), block=(128,)),
         combine_shape=LaunchShape(grid=(batch, n_heads), block=(_COMBINE_THREADS,),
                                   shared=4 * (2 * splits + _COMBINE_THREADS)) if splits > 1 else None,
