@@ -11,6 +11,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,8 +20,8 @@ from cuda.bindings import nvrtc
 
 from .errors import CompileError, check
 
-__all__ = ["Program", "compile_source", "compile_file", "kernel_dir", "kernel_files", "default_arch",
-           "nvrtc_version", "cache_dir", "DEFAULT_OPTIONS"]
+__all__ = ["Program", "compile_source", "compile_file", "resource_usage", "kernel_dir", "kernel_files",
+           "default_arch", "nvrtc_version", "cache_dir", "DEFAULT_OPTIONS"]
 
 DEFAULT_OPTIONS = ("-std=c++17", "-default-device", "-lineinfo", "-DNDEBUG")
 
@@ -162,3 +163,19 @@ def compile_file(path: str | os.PathLike, arch: str | None = None, options: tupl
         path = kernel_dir() / f"{path}.cu"  # a bare kernel-file name, e.g. "rmsnorm"
     headers = {h.name: h.read_text() for h in sorted(path.parent.glob("*.cuh"))}
     return compile_source(path.read_text(), path.name, arch, options, name_expressions, headers, use_cache)
+
+
+def resource_usage(path: str | os.PathLike, arch: str = "sm_90", options: tuple[str, ...] = (),
+                   name_expressions: tuple[str, ...] = ()) -> dict[str, tuple[int, int]]:
+    """``{kernel: (registers per thread, static shared bytes)}`` of a ``.cu`` file as ptxas allocates them
+    (``--ptxas-options=-v``, compiled afresh; no GPU needed), keyed by kernel name, or for a template's
+    instantiation by its name expression. What occupancy a kernel can have beside another follows from these."""
+    prog = compile_file(path, arch, (*options, "--ptxas-options=-v"), name_expressions, use_cache=False)
+    expression = {symbol: expr for expr, symbol in prog.lowered.items()}
+    usage, name = {}, None
+    for line in prog.log.splitlines():
+        if m := re.search(r"Function properties for (\w+)", line):
+            name = expression.get(m.group(1), m.group(1))
+        elif name and (m := re.search(r"Used (\d+) registers.*?(?:(\d+) bytes smem|$)", line)):
+            usage[name] = (int(m.group(1)), int(m.group(2) or 0))
+    return usage

@@ -10,10 +10,12 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from rawgraphs.compiler import compile_file, kernel_dir
+from rawgraphs.compiler import compile_file, kernel_dir, resource_usage
 from rawgraphs.kernel import parse_signatures
+from rawgraphs.model import ModelConfig
 from rawgraphs.model import reference as ref
-from rawgraphs.model.attn_plan import _SHORT_SPLITS, attention_plan, workspace_elements
+from rawgraphs.model.attn_plan import _SHORT_SPLITS, attention_plan, attention_plan_for, workspace_elements
+from rawgraphs.model.plans import gemv_plan
 
 BF16 = ml_dtypes.bfloat16
 PAGE = 16
@@ -43,6 +45,23 @@ def test_short_split_cap_matches_the_kernel():
     only would plan splits the kernel never uses, or fewer than it needs."""
     src = (kernel_dir() / "attention.cu").read_text()
     assert int(re.search(r"#define ATTN_SHORT_SPLITS (\d+)", src).group(1)) == _SHORT_SPLITS
+
+
+@pytest.mark.parametrize("preset", ["small", "1b"])
+def test_b1_attention_fits_beside_the_qkv_projection(preset):
+    """At B = 1 attention starts (PDL) while the qkv projection holds its 3 gemv blocks per SM (the plans' cap); an
+    SM has room for one attention block beside them only while registers (allocated per warp, 8 per thread at a
+    time) and shared memory allow: 3 x 256 threads x 64 + 128 threads x 128 = 64K registers at 1b. The preloading
+    instantiation (126 registers at hd 128) is at that edge; a kernel that grows past it waits for the projection."""
+    cfg = ModelConfig.preset(preset)
+    plan = attention_plan_for(cfg, 1)
+    qkv = gemv_plan(1, (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim, cfg.dim, x_op="rmsnorm")
+    gemv_regs, gemv_static = resource_usage("gemv")["gemv"]
+    regs, static = resource_usage("attention")[plan.kernel]
+    def allocated(r: int, threads: int) -> int:
+        return -(-r // 8) * 8 * threads
+    assert 3 * allocated(gemv_regs, qkv.block[0]) + allocated(regs, plan.attention.block[0]) <= 65536
+    assert 3 * (qkv.shared + gemv_static + 1024) + static + plan.attention.shared + 1024 <= 228 * 1024
 
 
 def test_plan_args_fill_the_signatures():

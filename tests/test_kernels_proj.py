@@ -17,7 +17,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from rawgraphs.compiler import compile_file, kernel_dir
+from rawgraphs.compiler import compile_file, kernel_dir, resource_usage
 from rawgraphs.model import reference as ref
 from rawgraphs.model.plans import (
     GEMV_CHUNK,
@@ -214,18 +214,6 @@ def test_two_per_sm_plan(B, N, K, out, capped):
     assert all(ln.shared == plan.shared for ln in plan.launches("y", "x", "w", "ws", B, N, K)[:1])
 
 
-def ptxas_usage(file: str) -> dict[str, tuple[int, int]]:
-    """(registers per thread, static shared bytes) of every kernel in ``kernels/<file>.cu``, from ptxas -v."""
-    log = compile_file(file, arch="sm_90", options=("--ptxas-options=-v",), use_cache=False).log
-    usage, name = {}, None
-    for line in log.splitlines():
-        if m := re.search(r"Function properties for (\w+)", line):
-            name = m.group(1)
-        elif name and (m := re.search(r"Used (\d+) registers.*?(?:(\d+) bytes smem|$)", line)):
-            usage[name] = (int(m.group(1)), int(m.group(2) or 0))
-    return usage
-
-
 def h200_blocks_per_sm(registers: int, static: int, dynamic: int, threads: int = 256) -> int:
     """The occupancy calculator's answer on an H200 (sm_90: 64K registers, 228 KiB of shared memory and 2048
     threads per SM, 1 KiB of shared memory reserved per block). test_plans_blocks_per_sm checks the plans
@@ -253,7 +241,7 @@ def test_occupancy_caps_hold_for_the_compiled_kernels():
     """The shared-memory caps of plans.py give the blocks per SM they claim for the kernels as compiled now (a
     kernel that grew its static shared memory or registers would silently change them): gemv 3 (4 uncapped),
     gemv_mma 2 under its cap (3 uncapped), gemm_tc 2 under its cap (4 uncapped)."""
-    use = ptxas_usage("gemv")
+    use = resource_usage("gemv")
     for N, K, out in [(6144, 2048, "bf16"), (2048, 5632, "residual"), (32000, 2048, "f32"), (11264, 2048, "silu")]:
         plan = gemv_plan(1, N, K, out)
         used = gemv_used_shared(plan.k_chunk)
