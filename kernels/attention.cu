@@ -166,7 +166,9 @@ __device__ __forceinline__ void attention_block(
     // PRE (the _pre entry points): each warp's first K/V page is loaded into the page loop's registers before the
     // wait, so the loop starts without an L2 round trip after it. Old pages do not depend on the kernel before
     // (kernels/pdl.cuh); slots at or past t1 are masked in the loop. Holding them across the wait costs
-    // registers (hd128_g1 80 -> 126), so only plans up to B = 4 take it (attn_plan.py).
+    // registers (hd128_g1 80 -> 126), so only plans up to B = 4 take it (attn_plan.py). 126 is at the edge: up to
+    // 128, one attention block still fits beside the qkv projection's three gemv blocks per SM at B = 1
+    // (tests/test_kernels_attn.py::test_b1_attention_fits_beside_the_qkv_projection).
     const bool preloaded = PRE && first * ATTN_PAGE < (newest ? pos : min(t0 + part, ctx));  // a page before t1
     uint4 kr[J], vr[J];
     if (preloaded) {
