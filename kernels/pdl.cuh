@@ -103,8 +103,10 @@ __device__ __forceinline__ void pdl_begin() {
 // weights, and the step's inputs (positions, block tables, tokens), which the host or a kernel of an earlier,
 // finished graph launch wrote. Not even an earlier kernel's output is safe: every kernel lets its dependents
 // launch before it waits itself, so kernel N + 1 may start while kernel N - 1 still runs. Old KV-cache entries
-// may be prefetched (prefetch.global.L2 only moves lines into L2, which stays coherent with the slot the
-// previous kernel appends); they are loaded after the wait.
+// are step inputs too: earlier steps wrote them, and the step's only write to a layer's cache is that layer's
+// attention appending the new token's slot, which it reads from shared memory, never from the cache. So
+// attention may prefetch them (prefetch.global.L2) and, in its PRE instantiations, load the first page of each
+// warp before the wait (the slots at and past the new token are masked).
 
 // Prefetch rows [n0, n0 + rows) (clamped to N) x columns [k0, k1) of a row-major bf16 [N, K] matrix into L2,
 // one 128-byte line per thread per step.
