@@ -137,9 +137,10 @@ def compile_source(source: str, name: str = "kernel.cu", arch: str | None = None
         try:
             cubin = path.with_suffix(".cubin").read_bytes()
             lowered = json.loads(path.with_suffix(".json").read_text())
-            return Program(name, arch, cubin, opts, lowered, (time.perf_counter() - t0) * 1e3, True)
+            log = path.with_suffix(".log").read_text()
+            return Program(name, arch, cubin, opts, lowered, (time.perf_counter() - t0) * 1e3, True, log)
         except (OSError, ValueError):
-            pass  # a torn cache entry: compile again and overwrite it
+            pass  # a torn cache entry (or one from before logs were kept): compile again and overwrite it
     cubin, lowered, log = _nvrtc_compile(source, name, headers, opts, names)
     ms = (time.perf_counter() - t0) * 1e3
     if use_cache:
@@ -148,6 +149,8 @@ def compile_source(source: str, name: str = "kernel.cu", arch: str | None = None
             tmp = path.with_suffix(f".tmp{os.getpid()}")
             tmp.write_text(json.dumps(lowered))
             os.replace(tmp, path.with_suffix(".json"))
+            tmp.write_text(log)
+            os.replace(tmp, path.with_suffix(".log"))
             tmp.write_bytes(cubin)
             os.replace(tmp, path.with_suffix(".cubin"))  # the cubin last: its presence marks a whole entry
         except OSError:
@@ -168,9 +171,10 @@ def compile_file(path: str | os.PathLike, arch: str | None = None, options: tupl
 def resource_usage(path: str | os.PathLike, arch: str = "sm_90", options: tuple[str, ...] = (),
                    name_expressions: tuple[str, ...] = ()) -> dict[str, tuple[int, int]]:
     """``{kernel: (registers per thread, static shared bytes)}`` of a ``.cu`` file as ptxas allocates them
-    (``--ptxas-options=-v``, compiled afresh; no GPU needed), keyed by kernel name, or for a template's
-    instantiation by its name expression. What occupancy a kernel can have beside another follows from these."""
-    prog = compile_file(path, arch, (*options, "--ptxas-options=-v"), name_expressions, use_cache=False)
+    (``--ptxas-options=-v``, its log cached with the cubin; no GPU needed), keyed by kernel name, or for a
+    template's instantiation by its name expression. What occupancy a kernel can have beside another follows
+    from these."""
+    prog = compile_file(path, arch, (*options, "--ptxas-options=-v"), name_expressions)
     expression = {symbol: expr for expr, symbol in prog.lowered.items()}
     usage, name = {}, None
     for line in prog.log.splitlines():

@@ -1,10 +1,12 @@
 """NVRTC to cubin without a GPU: every shipped kernel, the cache, compile errors with file and line."""
 
+import os
 import time
+from pathlib import Path
 
 import pytest
 
-from rawgraphs.compiler import compile_file, compile_source, kernel_files
+from rawgraphs.compiler import compile_file, compile_source, kernel_files, resource_usage
 from rawgraphs.errors import CompileError
 from rawgraphs.kernel import parse_signatures
 
@@ -34,6 +36,28 @@ def test_second_compile_is_a_cache_hit_and_faster():
     assert not first.cache_hit and second.cache_hit and first.cubin == second.cubin
     assert t2 - t1 < (t1 - t0) / 5
     assert not compile_source(src, "k.cu", arch="sm_90", options=("-DX=1",)).cache_hit  # options are keyed
+
+
+def test_cached_compile_keeps_the_log():
+    """The compile log (here ptxas' report, --ptxas-options=-v) comes back from the cache with the cubin, so
+    resource_usage reads a cache hit as it reads the compile that filled it."""
+    src = 'extern "C" __global__ void k(float* o, int n) { if (threadIdx.x < n) o[threadIdx.x] = 1.f; }\n'
+    first = compile_source(src, "u.cu", arch="sm_90", options=("--ptxas-options=-v",))
+    second = compile_source(src, "u.cu", arch="sm_90", options=("--ptxas-options=-v",))
+    assert not first.cache_hit and second.cache_hit and "Used" in first.log and second.log == first.log
+    logs = list(Path(os.environ["RAWGRAPHS_CACHE"]).glob("u-sm_90-*.log"))
+    assert [p.read_text() for p in logs] == [first.log]
+    logs[0].unlink()  # an entry written before logs were kept: compiled again, and whole again
+    third = compile_source(src, "u.cu", arch="sm_90", options=("--ptxas-options=-v",))
+    assert not third.cache_hit and logs[0].read_text() == third.log  # (ptxas' compile time in it differs)
+
+
+def test_resource_usage_names_template_instantiations(tmp_path):
+    src = tmp_path / "u.cu"
+    src.write_text('template <int N>\n__global__ void t(float* o) { o[threadIdx.x] = N * o[threadIdx.x]; }\n'
+                   'extern "C" __global__ void k(float* o, int n) { if (threadIdx.x < n) o[threadIdx.x] = 1.f; }\n')
+    usage = resource_usage(src, name_expressions=("t<3>", "t<5>"))
+    assert set(usage) == {"t<3>", "t<5>", "k"} and all(r > 0 for r, _ in usage.values())
 
 
 def test_changed_header_is_not_served_from_cache():
