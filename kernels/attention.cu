@@ -169,6 +169,7 @@ __device__ __forceinline__ void attention_block(
     // registers (hd128_g1 80 -> 126), so only plans up to B = 4 take it (attn_plan.py). 126 is at the edge: up to
     // 128, one attention block still fits beside the qkv projection's three gemv blocks per SM at B = 1
     // (tests/test_kernels_attn.py::test_b1_attention_fits_beside_the_qkv_projection).
+    // (t1's expression, spelled here: defining t1 itself this early changed the general entries' SASS, unmeasured)
     const bool preloaded = PRE && first * ATTN_PAGE < (newest ? pos : min(t0 + part, ctx));  // a page before t1
     uint4 kr[J], vr[J];
     if (preloaded) {
