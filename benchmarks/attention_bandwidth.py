@@ -27,7 +27,7 @@ from rawgraphs.bench.record import collect_metadata
 from rawgraphs.context import Event, Stream, device
 from rawgraphs.kernel import LaunchShape, Module
 from rawgraphs.memory import DeviceBuffer
-from rawgraphs.model.attn_plan import attention_plan
+from rawgraphs.model.attn_plan import KERNELS, attention_kernel, attention_plan
 from rawgraphs.model.reference import rope_tables
 
 HBM_GBS = 4270.0
@@ -118,10 +118,11 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=50)
     a = ap.parse_args()
     dev = device()
-    mods = {"attention": Module.from_file("attention"), "spin": Module.from_source(SPIN, "spin.cu")}
-    attrs = {n: mods["attention"].kernel(n).attributes()
-             for n in ("attention_hd128_g1", "attention_hd128_g1_pre", "attention_hd128_g4", "attention_hd64_g1",
-                       "attention_hd16_g2", "attention_combine")}
+    mods = {"attention": Module.from_file("attention", name_expressions=KERNELS),
+            "spin": Module.from_source(SPIN, "spin.cu")}
+    shown = [attention_kernel(*v) for v in ((128, 1, False), (128, 1, True), (128, 4, False), (64, 1, False),
+                                            (16, 2, False))]
+    attrs = {n: mods["attention"].kernel(n).attributes() for n in (*shown, "attention_combine")}
     rows = []
     with Stream.create() as stream:
         for kvh in (16, 4):

@@ -16,10 +16,10 @@
 // whose split holds pos appends the new K/V (one block per KV head writes the cache) and uses the new token from
 // shared memory, never from the cache slot it writes in the same launch.
 //
-// attention_hd{16,64,128}_g{1,2,4}[_pre]: one entry point per head dim hd and query heads per block G (both
-//   template parameters inside, so each variant holds only the registers it needs); the _pre twin loads each
-//   warp's first K/V page into registers before the PDL wait (same results, bit for bit; more registers, so
-//   attn_plan.py gives it to B <= 4).
+// attention<HD, G, PRE>, HD in {16, 64, 128}, G in {1, 2, 4}: a template kernel, one instantiation per head dim
+//   and query heads per block G, so each holds only the registers it needs; PRE = true loads each warp's first
+//   K/V page into registers before the PDL wait (same results, bit for bit; more registers, so attn_plan.py
+//   gives it to B <= 4).
 //   grid  = (B, H / G, max_splits), block = (128) = 4 warps, no dynamic shared memory.
 //   Block (b, y, s) serves query heads [y*G, y*G + G) (G divides H/KVH: all of one KV head's group, or an
 //   equal share of it, so the group's K/V is read once per block) over tokens [s*part, (s+1)*part) of row b,
@@ -128,7 +128,7 @@ __device__ __forceinline__ void attention_block(
     const int b = blockIdx.x, h0 = blockIdx.y * G, split = blockIdx.z;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int c = lane % C, tg = lane / C;
-    // Before the PDL wait (the entry points only let the next kernel launch): the step's inputs - positions
+    // Before the PDL wait (the kernel above only lets the next one launch): the step's inputs - positions
     // and the block table -, the RoPE angles, and an L2 prefetch of this warp's first `prefetch` old K/V
     // pages (kernels/pdl.cuh says why that is safe), overlapping the qkv projection's tail. Prefetching
     // every page of the split (512 tokens: 256 KB per block at hd 128, far more than the 60 MB L2 holds over
@@ -163,13 +163,13 @@ __device__ __forceinline__ void attention_block(
         cos_s[i] = rope_cos[angles + i];
         sin_s[i] = rope_sin[angles + i];
     }
-    // PRE (the _pre entry points): each warp's first K/V page is loaded into the page loop's registers before the
+    // PRE (attention<hd, G, true>): each warp's first K/V page is loaded into the page loop's registers before the
     // wait, so the loop starts without an L2 round trip after it. Old pages do not depend on the kernel before
     // (kernels/pdl.cuh); slots at or past t1 are masked in the loop. Holding them across the wait costs
-    // registers (hd128_g1 80 -> 126), so only plans up to B = 4 take it (attn_plan.py). 126 is at the edge: up to
+    // registers (attention<128,1,*> 80 -> 126), so only plans up to B = 4 take it (attn_plan.py). 126 is at the edge: up to
     // 128, one attention block still fits beside the qkv projection's three gemv blocks per SM at B = 1
     // (tests/test_kernels_attn.py::test_b1_attention_fits_beside_the_qkv_projection).
-    // (t1's expression, spelled here: defining t1 itself this early changed the general entries' SASS, unmeasured)
+    // (t1's expression, spelled here: defining t1 itself this early changed the PRE = false SASS, unmeasured)
     const bool preloaded = PRE && first * ATTN_PAGE < (newest ? pos : min(t0 + part, ctx));  // a page before t1
     uint4 kr[J], vr[J];
     if (preloaded) {
@@ -403,239 +403,18 @@ __device__ __forceinline__ void attention_block(
     }
 }
 
-// One entry point per (head dim, query heads per block, first page preloaded): each gets only the registers
-// its G and PRE need. Spelled out, not macro-generated: rawgraphs reads kernel signatures from this source text
-// (kernel.py).
-extern "C" __global__ void __launch_bounds__(128)
-attention_hd16_g1(
+// One kernel per (head dim, query heads per block, first page preloaded), instantiated by NVRTC name
+// expression (rawgraphs.model.attn_plan.KERNELS, e.g. "attention<128,1,true>"): each gets only the registers
+// its G and PRE need. rawgraphs reads the signature from this template's declaration (kernel.py).
+template <int HD, int G, bool PRE>
+__global__ void __launch_bounds__(128) attention(
         __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
         int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
         __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
         int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
         float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
     pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<16, 1, false>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
-        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
-        rope_sin);
-}
-
-extern "C" __global__ void __launch_bounds__(128)
-attention_hd16_g1_pre(
-        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
-        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
-        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
-        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
-    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<16, 1, true>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
-        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
-        rope_sin);
-}
-
-extern "C" __global__ void __launch_bounds__(128)
-attention_hd16_g2(
-        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
-        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
-        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
-        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
-    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<16, 2, false>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
-        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
-        rope_sin);
-}
-
-extern "C" __global__ void __launch_bounds__(128)
-attention_hd16_g2_pre(
-        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
-        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
-        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
-        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
-    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<16, 2, true>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
-        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
-        rope_sin);
-}
-
-extern "C" __global__ void __launch_bounds__(128)
-attention_hd16_g4(
-        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
-        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
-        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
-        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
-    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<16, 4, false>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
-        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
-        rope_sin);
-}
-
-extern "C" __global__ void __launch_bounds__(128)
-attention_hd16_g4_pre(
-        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
-        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
-        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
-        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
-    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<16, 4, true>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
-        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
-        rope_sin);
-}
-
-extern "C" __global__ void __launch_bounds__(128)
-attention_hd64_g1(
-        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
-        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
-        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
-        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
-    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<64, 1, false>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
-        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
-        rope_sin);
-}
-
-extern "C" __global__ void __launch_bounds__(128)
-attention_hd64_g1_pre(
-        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
-        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
-        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
-        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
-    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<64, 1, true>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
-        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
-        rope_sin);
-}
-
-extern "C" __global__ void __launch_bounds__(128)
-attention_hd64_g2(
-        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
-        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
-        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
-        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
-    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<64, 2, false>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
-        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
-        rope_sin);
-}
-
-extern "C" __global__ void __launch_bounds__(128)
-attention_hd64_g2_pre(
-        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
-        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
-        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
-        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
-    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<64, 2, true>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
-        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
-        rope_sin);
-}
-
-extern "C" __global__ void __launch_bounds__(128)
-attention_hd64_g4(
-        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
-        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
-        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
-        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
-    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<64, 4, false>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
-        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
-        rope_sin);
-}
-
-extern "C" __global__ void __launch_bounds__(128)
-attention_hd64_g4_pre(
-        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
-        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
-        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
-        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
-    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<64, 4, true>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
-        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
-        rope_sin);
-}
-
-extern "C" __global__ void __launch_bounds__(128)
-attention_hd128_g1(
-        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
-        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
-        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
-        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
-    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<128, 1, false>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
-        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
-        rope_sin);
-}
-
-extern "C" __global__ void __launch_bounds__(128)
-attention_hd128_g1_pre(
-        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
-        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
-        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
-        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
-    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<128, 1, true>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
-        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
-        rope_sin);
-}
-
-extern "C" __global__ void __launch_bounds__(128)
-attention_hd128_g2(
-        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
-        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
-        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
-        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
-    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<128, 2, false>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
-        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
-        rope_sin);
-}
-
-extern "C" __global__ void __launch_bounds__(128)
-attention_hd128_g2_pre(
-        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
-        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
-        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
-        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
-    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<128, 2, true>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
-        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
-        rope_sin);
-}
-
-extern "C" __global__ void __launch_bounds__(128)
-attention_hd128_g4(
-        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
-        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
-        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
-        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
-    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<128, 4, false>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
-        positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
-        rope_sin);
-}
-
-extern "C" __global__ void __launch_bounds__(128)
-attention_hd128_g4_pre(
-        __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
-        int* __restrict__ counters, const __nv_bfloat16* __restrict__ qkv, __nv_bfloat16* __restrict__ k_cache,
-        __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ block_tables, const int* __restrict__ positions,
-        int max_blocks, int n_heads, int n_kv_heads, int partition, int min_partition, int max_splits, int prefetch,
-        float scale, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
-    pdl_launch_dependents();  // attention_block waits after reading the step's inputs
-    attention_block<128, 4, true>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
+    attention_block<HD, G, PRE>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables,
         positions, max_blocks, n_heads, n_kv_heads, partition, min_partition, max_splits, prefetch, scale, rope_cos,
         rope_sin);
 }

@@ -11,7 +11,8 @@ from .bench.report import format_table
 from .compiler import compile_file, kernel_files, nvrtc_version
 from .context import device, driver_version, gpu_available
 from .errors import NoDriverError
-from .kernel import Module, parse_signatures
+from .kernel import Module, launchable, parse_signatures
+from .model.decode import KERNEL_FILES
 
 NO_GPU = "No NVIDIA GPU or driver found on this machine: running only what needs no GPU."
 
@@ -57,10 +58,11 @@ def cmd_compile(args) -> int:
         columns += ["regs", "spill bytes", "static smem"]
     rows = []
     for path in kernel_files():
-        prog = compile_file(path, arch=arch, use_cache=not args.no_cache)
+        names = KERNEL_FILES.get(path.stem, ())  # the model's template instantiations
+        prog = compile_file(path, arch=arch, name_expressions=names, use_cache=not args.no_cache)
         sigs = parse_signatures(path.read_text())
         module = Module(prog, sigs) if with_attrs else None
-        for name in sorted(sigs):
+        for name in sorted(launchable(sigs, names)):
             row = {"file": path.name, "kernel": name, "arch": arch, "cubin bytes": len(prog.cubin),
                    "compile ms": prog.compile_ms, "cached": prog.cache_hit}
             if module is not None:

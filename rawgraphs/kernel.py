@@ -26,7 +26,7 @@ from .context import Stream, device
 from .errors import ClosedError, check
 from .memory import DeviceView, _Array, as_view
 
-__all__ = ["Param", "Signature", "LaunchShape", "KernelArgs", "Kernel", "Module", "parse_signatures"]
+__all__ = ["Param", "Signature", "LaunchShape", "KernelArgs", "Kernel", "Module", "launchable", "parse_signatures"]
 
 # C parameter type -> (our type name, struct format). Pointers of any pointee are "ptr".
 _C_TYPES = {
@@ -54,10 +54,12 @@ class Param:
 
 @dataclass(frozen=True)
 class Signature:
-    """A kernel's name and ordered parameters."""
+    """A kernel's name and ordered parameters; ``template`` for a ``template <...> __global__`` kernel, which is
+    launched by the name expression of an instantiation compiled in (``"attention<128,1,true>"``)."""
 
     name: str
     params: tuple[Param, ...]
+    template: bool = False
 
     @classmethod
     def parse(cls, text: str) -> Signature:
@@ -91,15 +93,29 @@ def _c_param(decl: str, kernel: str) -> Param:
 
 
 def parse_signatures(source: str) -> dict[str, Signature]:
-    """Signatures of every ``__global__`` function in ``source``, keyed by name."""
+    """Signatures of every ``__global__`` function in ``source``, keyed by name (a template's by its bare name,
+    marked ``template``)."""
     text = re.sub(r"//[^\n]*|/\*.*?\*/", " ", source, flags=re.S)
     sigs = {}
-    for m in re.finditer(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+"
+    for m in re.finditer(r"(template\s*<[^>]*>\s*)?__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+"
                          r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(([^)]*)\)", text):
-        name, body = m.group(1), m.group(2).strip()
+        name, body = m.group(2), m.group(3).strip()
         decls = [] if body in ("", "void") else [d for d in body.split(",")]
-        sigs[name] = Signature(name, tuple(_c_param(d, name) for d in decls))
+        sigs[name] = Signature(name, tuple(_c_param(d, name) for d in decls), bool(m.group(1)))
     return sigs
+
+
+def launchable(signatures: dict[str, Signature], name_expressions=()) -> dict[str, Signature]:
+    """What a module of these kernels can launch, by name: each plain kernel, and each name expression of a
+    template instantiation (``"attention<128,1,true>"``) with its template's parameters; not a bare template."""
+    out = {n: s for n, s in signatures.items() if not s.template}
+    for expr in name_expressions:
+        base = expr.split("<")[0].strip()
+        if base not in signatures or not signatures[base].template:
+            raise KeyError(f"name expression {expr!r}: no template kernel {base!r} (templates: "
+                           f"{sorted(n for n, s in signatures.items() if s.template)})")
+        out[expr] = Signature(expr, signatures[base].params)
+    return out
 
 
 @dataclass(frozen=True)
@@ -437,8 +453,14 @@ class Module:
     def closed(self) -> bool:
         return not self._finalizer.alive
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every kernel :meth:`kernel` can return: plain kernels and the template instantiations compiled in."""
+        return tuple(launchable(self.signatures, self.program.lowered))
+
     def kernel(self, name: str, expect: str | None = None) -> Kernel:
-        """The kernel ``name`` (a plain name or a templated name expression compiled with the module).
+        """The kernel ``name``: a plain kernel, or a template instantiation by the name expression it was
+        compiled with (``Module.from_file("attention", name_expressions=("attention<128,1,true>",))``).
 
         ``expect`` (``"x: ptr, n: i32"``) states the signature the caller relies on; it must match the source.
         """
@@ -449,7 +471,12 @@ class Module:
             base = name.split("<")[0].strip()
             if base not in self.signatures:
                 raise KeyError(f"no kernel {name!r} in {self.program.name}; it has {sorted(self.signatures)}")
-            sig = Signature(name, self.signatures[base].params)
+            if self.signatures[base].template != (name in self.program.lowered):
+                compiled = sorted(e for e in self.program.lowered if e.split("<")[0].strip() == base)
+                raise KeyError(f"{name!r}: {base} is a template kernel; launch an instantiation compiled in by name "
+                               f"expression ({compiled or 'none: pass name_expressions= to compile one'})"
+                               if self.signatures[base].template else f"{name!r}: {base} is not a template kernel")
+            sig = launchable(self.signatures, [name] if name != base else [])[name]
             k = self._kernels[name] = Kernel(self, name, self.program.lowered.get(name, base), sig)
         if expect is not None:
             want = Signature.parse(expect).params

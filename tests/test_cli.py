@@ -29,7 +29,7 @@ def test_info_names_versions_and_says_there_is_no_gpu():
 def test_compile_prints_a_table_of_every_kernel(tmp_path):
     rc, out = run("compile", "--arch", "sm_80")
     assert rc == 0
-    for kernel in ("gemv", "attention_combine", "attention_hd128_g1", "decode_loop_tail", "axpb"):
+    for kernel in ("gemv", "attention_combine", "attention<128,1,true>", "decode_loop_tail", "axpb"):
         assert any(line.split()[1:2] == [kernel] for line in out.splitlines() if line.strip()), kernel
 
 

@@ -85,4 +85,4 @@ def test_step_is_a_readable_list_of_named_launches():
     names = [ln.name for ln in model.step_launches(2)]
     assert names[0] == "embed" and names[-1] == "argmax" and "L0.qkv" in names and "L1.down" in names
     g = model.build_graph(2)
-    assert g.node_count() == len(names) and g.node("L0.attention").kernel.name.startswith("attention_hd")
+    assert g.node_count() == len(names) and g.node("L0.attention").kernel.name == "attention<16,2,true>"

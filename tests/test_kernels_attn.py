@@ -1,6 +1,6 @@
-"""attention_hd{16,64,128} (RoPE and KV append fused; separate or fused combine) and attention_combine: CPU
-compile/plan checks and GPU checks vs the float64 NumPy reference (bf16 tolerance: 1e-2 relative, plus an
-absolute 1e-2 of the output's scale)."""
+"""attention<hd,G,pre>, hd 16 / 64 / 128 (RoPE and KV append fused; separate or fused combine) and
+attention_combine: CPU compile/plan checks and GPU checks vs the float64 NumPy reference (bf16 tolerance: 1e-2
+relative, plus an absolute 1e-2 of the output's scale)."""
 
 import math
 import re
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from rawgraphs.compiler import compile_file, kernel_dir, resource_usage
-from rawgraphs.kernel import parse_signatures
-from rawgraphs.model import ModelConfig
+from rawgraphs.kernel import launchable, parse_signatures
+from rawgraphs.model import ModelConfig, attn_plan
 from rawgraphs.model import reference as ref
-from rawgraphs.model.attn_plan import _SHORT_SPLITS, attention_plan, attention_plan_for, workspace_elements
+from rawgraphs.model.attn_plan import KERNELS, attention_kernel, attention_plan, attention_plan_for, workspace_elements
 from rawgraphs.model.plans import gemv_plan
 
 BF16 = ml_dtypes.bfloat16
@@ -25,16 +25,22 @@ PAGE = 16
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_compiles(arch):
-    prog = compile_file("attention", arch=arch)
+    prog = compile_file("attention", arch=arch, name_expressions=KERNELS)
     assert prog.cubin[:4] == b"\x7fELF"
+    assert sorted(prog.lowered) == sorted(KERNELS) and len(set(prog.lowered.values())) == 18  # 3 hd x 3 G x pre
+    assert all(sym.encode() in prog.cubin for sym in prog.lowered.values())
 
 
 def test_signatures():
     sigs = parse_signatures((kernel_dir() / "attention.cu").read_text())
-    assert set(sigs) == {f"attention_hd{hd}_g{g}{pre}" for hd in (16, 64, 128) for g in (1, 2, 4)
-                         for pre in ("", "_pre")} | {"attention_combine"}
-    for name, sig in sigs.items():
+    assert set(sigs) == {"attention", "attention_combine"}
+    assert sigs["attention"].template and not sigs["attention_combine"].template
+    names = launchable(sigs, KERNELS)
+    assert set(names) == {*KERNELS, "attention_combine"} and "attention" not in names  # a bare template is not
+    assert KERNELS[0] == "attention<16,4,false>" and attention_kernel(128, 1, True) in KERNELS
+    for name, sig in names.items():
         if name != "attention_combine":
+            assert sig.name == name and sig.params == sigs["attention"].params
             assert sig.names == ("out", "part_o", "part_ml", "counters", "qkv", "k_cache", "v_cache",
                                  "block_tables", "positions", "max_blocks", "n_heads", "n_kv_heads", "partition",
                                  "min_partition", "max_splits", "prefetch", "scale", "rope_cos", "rope_sin")
@@ -44,7 +50,7 @@ def test_short_split_cap_matches_the_kernel():
     """attn_plan caps a short-context row at the splits the kernel fills (ATTN_SHORT_SPLITS): a change on one side
     only would plan splits the kernel never uses, or fewer than it needs."""
     src = (kernel_dir() / "attention.cu").read_text()
-    assert int(re.search(r"#define ATTN_SHORT_SPLITS (\d+)", src).group(1)) == _SHORT_SPLITS
+    assert int(re.search(r"#define ATTN_SHORT_SPLITS (\d+)", src).group(1)) == attn_plan._SHORT_SPLITS
 
 
 @pytest.mark.parametrize("preset", ["small", "1b"])
@@ -57,7 +63,7 @@ def test_b1_attention_fits_beside_the_qkv_projection(preset):
     plan = attention_plan_for(cfg, 1)
     qkv = gemv_plan(1, (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim, cfg.dim, x_op="rmsnorm")
     gemv_regs, gemv_static = resource_usage("gemv")["gemv"]
-    regs, static = resource_usage("attention")[plan.kernel]
+    regs, static = resource_usage("attention", name_expressions=KERNELS)[plan.kernel]
     def allocated(r: int, threads: int) -> int:
         return -(-r // 8) * 8 * threads
     assert 3 * allocated(gemv_regs, qkv.block[0]) + allocated(regs, plan.attention.block[0]) <= 65536
@@ -69,7 +75,7 @@ def test_plan_args_fill_the_signatures():
     p = attention_plan(16, 4, 64, batch=3, max_seq_len=1000)
     a = p.args(out=1, part_o=2, part_ml=3, qkv=4, k_cache=5, v_cache=6, block_tables=7, positions=8,
                max_blocks=63, n_kv_heads=4, rope_cos=9, rope_sin=10)
-    assert tuple(a) == sigs[p.kernel].names and a["counters"] == 0  # no counters: the combine is separate
+    assert tuple(a) == sigs["attention"].names and a["counters"] == 0  # no counters: the combine is separate
     assert (a["n_heads"], a["partition"], a["min_partition"], a["max_splits"], a["prefetch"]) == (
         16, p.partition, p.min_partition, p.max_splits, 0) and a["scale"] == pytest.approx(0.125)
     c = p.combine_args(out=1, part_o=2, part_ml=3, positions=8, max_blocks=63)
@@ -79,9 +85,9 @@ def test_plan_args_fill_the_signatures():
 
 def test_plan_shapes():
     p = attention_plan(16, 16, 128, batch=1, max_seq_len=4096)
-    assert p.kernel == "attention_hd128_g1_pre" and p.heads_per_block == 1  # B = 1: the first page preloaded
+    assert p.kernel == "attention<128,1,true>" and p.heads_per_block == 1  # B = 1: the first page preloaded
     assert [attention_plan(16, 16, 128, batch=b, max_seq_len=4096).kernel for b in (2, 4, 5, 8)] == \
-        ["attention_hd128_g1_pre"] * 2 + ["attention_hd128_g1"] * 2  # _pre up to B = 4
+        ["attention<128,1,true>"] * 2 + ["attention<128,1,false>"] * 2  # PRE up to B = 4
     assert p.attention.grid == (1, 16, 4096 // p.partition) and p.combine
     assert p.part_o_shape == (1, 16, p.max_splits, 128) and p.part_ml_shape == (1, 16, p.max_splits, 2)
     assert p.counters_shape == (1, 16)
@@ -111,7 +117,7 @@ def test_plan_shapes():
                                        (12, 2, 2)])
 def test_plan_heads_per_block(h, kvh, g):
     p = attention_plan(h, kvh, 64, batch=2, max_seq_len=256)
-    assert p.heads_per_block == g and p.attention.grid[1] == h // g and p.kernel == f"attention_hd64_g{g}_pre"
+    assert p.heads_per_block == g and p.attention.grid[1] == h // g and p.kernel == f"attention<64,{g},true>"
     assert (h // kvh) % g == 0  # a block never straddles two KV heads
 
 
@@ -159,7 +165,7 @@ def _paged_case(rng, batch, kvh, hd, max_seq_len, ctx_lens):
 @pytest.fixture(scope="module")
 def attn_mod(dev):
     from rawgraphs.kernel import Module
-    return Module.from_file("attention")
+    return Module.from_file("attention", name_expressions=KERNELS)
 
 
 def run_attention(mod, stream, qkv, k_cache, v_cache, tables, positions, plan, theta, counters=None):
@@ -269,7 +275,31 @@ def test_attention_matches_reference(attn_mod, stream, rng, batch, n_heads, kvh,
     for _ in range(2):  # bit-identical run to run (fixed merge order; the counters only pick the merging block)
         again = run_attention(attn_mod, stream, qkv, k_cache, v_cache, tables, positions, plan, theta, counters)
         assert again[0].tobytes() == out.tobytes() and again[1].tobytes() == got_k.tobytes()
-    if plan.kernel.endswith("_pre"):  # the first pages loaded before the wait or in the loop: the same bytes
-        plain = replace(plan, kernel=plan.kernel.removesuffix("_pre"))
+    if plan.kernel.endswith("true>"):  # the first pages loaded before the wait or in the loop: the same bytes
+        plain = replace(plan, kernel=plan.kernel.replace("true>", "false>"))
         again = run_attention(attn_mod, stream, qkv, k_cache, v_cache, tables, positions, plain, theta, counters)
         assert again[0].tobytes() == out.tobytes() and again[1].tobytes() == got_k.tobytes()
+
+
+@pytest.mark.gpu
+def test_template_instantiations_load_by_name_expression(attn_mod, stream, rng):
+    """A module holds the instantiations it was compiled with, by name expression; a bare template, one not
+    compiled in, or a plain kernel spelled as a template is refused by name, and the module stays usable."""
+    from rawgraphs.kernel import Module
+    plan = attention_plan(4, 4, 64, batch=5, max_seq_len=256)  # attention<64,1,false>
+    one = Module.from_file("attention", name_expressions=(plan.kernel,))
+    assert set(one.names) == {plan.kernel, "attention_combine"}
+    with pytest.raises(KeyError, match=r"template kernel.*attention<64,1,false>"):
+        one.kernel("attention")
+    with pytest.raises(KeyError, match=r"template kernel"):
+        one.kernel("attention<128,1,true>")
+    with pytest.raises(KeyError, match="not a template kernel"):
+        one.kernel("attention_combine<1>")
+    ctx_lens = np.array([1, 17, 200, 0, 64])
+    positions = np.where(ctx_lens > 0, ctx_lens - 1, -1).astype(np.int32)
+    qkv = _bf16(rng, (5, (4 + 2 * 4) * 64))
+    k_cache, v_cache, tables = _paged_case(rng, 5, 4, 64, 256, ctx_lens)
+    got = run_attention(one, stream, qkv, k_cache, v_cache, tables, positions, plan, 10000.0)
+    want = run_attention(attn_mod, stream, qkv, k_cache, v_cache, tables, positions, plan, 10000.0)
+    assert one.program.lowered[plan.kernel] == attn_mod.program.lowered[plan.kernel]  # one mangled symbol
+    assert all(g.tobytes() == w.tobytes() for g, w in zip(got, want)) and np.abs(got[0].astype(float)).max() > 0

@@ -4,10 +4,13 @@ The decode step launches, per layer, one attention kernel that also applies RoPE
 new K/V to the paged cache (``kernels/attention.cu``)::
 
     plan = attention_plan(cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, batch, cfg.max_seq_len)
-    attention_hd<hd>_g<G>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
+    attention<hd, G, pre>(out, part_o, part_ml, counters, qkv, k_cache, v_cache, block_tables, positions,
                           max_blocks, n_heads, n_kv_heads, plan.partition, plan.min_partition,
                           plan.max_splits, plan.prefetch, plan.scale, rope_cos, rope_sin)
                                                # plan.attention, name plan.kernel, arguments plan.args(...)
+
+``attention`` is a template kernel: load its instantiations by name expression, e.g.
+``Module.from_file("attention", name_expressions=KERNELS).kernel(plan.kernel)``.
 
 ``rope_cos`` / ``rope_sin`` are fp32 ``[max_blocks * 16, hd/2]`` tables (``reference.rope_tables``).
 
@@ -35,11 +38,11 @@ from dataclasses import dataclass
 from ..kernel import LaunchShape
 from .blocks import BLOCK_SIZE
 
-__all__ = ["BLOCK_SIZE", "HEAD_DIMS", "AttentionPlan", "attention_plan", "attention_plan_for",
-           "workspace_elements"]
+__all__ = ["BLOCK_SIZE", "HEAD_DIMS", "KERNELS", "AttentionPlan", "attention_kernel", "attention_plan",
+           "attention_plan_for", "workspace_elements"]
 
-HEAD_DIMS = (16, 64, 128)  # head dims with attention_hd<hd>_g<G> entry points
-_HEADS_PER_BLOCK = (4, 2, 1)  # G of the entry points (register-resident accumulators), largest first
+HEAD_DIMS = (16, 64, 128)  # head dims attention<hd, G, pre> is instantiated for
+_HEADS_PER_BLOCK = (4, 2, 1)  # its G (register-resident accumulators), largest first
 _COMBINE_THREADS = 256  # attention_combine's block (ATTN_COMBINE_THREADS)
 _PARTITIONS = (512, 256, 128, 64)  # tokens per split, largest first (a multiple of 4 warps * 16 tokens)
 _SHORT_CONTEXT = 512  # the context a decode step must also fill the GPU at (see attention_plan)
@@ -47,7 +50,7 @@ _SHORT_CONTEXT = 512  # the context a decode step must also fill the GPU at (see
 # attention, isolated, 0 / 2 pages: B=1 ctx 513 9.86 / 9.42 us; B=8 ctx 513 15.9 / 18.4, ctx 4096 78.5 / 88.7;
 # B=37 ctx 513 45.0 / 48.2; B=64 ctx 4096 503 / 515 us; benchmarks/NOTES.md, session 4)
 _PREFETCH_B1 = 2
-# The largest batch whose plan takes the _pre attention entries (first K/V page in registers before the PDL wait).
+# The largest batch whose plan takes attention<hd, G, true> (the first K/V page in registers before the PDL wait).
 # H200, session 16, step_costs at context 512 (two rounds), step us: B = 1 1b 616 -> 599, small 202 -> 196;
 # B = 2 1067 -> 1049, 287 -> 276; B = 4 1175 -> 1146, 318 -> 308. Past it, one round: B = 8 1b 1220 -> 1230 (lost),
 # small 334 -> 327; B = 16 1650 -> 1638, 455 -> 436; B = 32 2411 -> 2410, 1090 -> 1066 (benchmarks/NOTES.md).
@@ -55,15 +58,25 @@ _PRE_MAX_BATCH = 4
 _SHORT_SPLITS = 16  # at most this many splits hold a short-context plan's row (ATTN_SHORT_SPLITS in attention.cu)
 
 
+def attention_kernel(head_dim: int, heads_per_block: int, pre: bool) -> str:
+    """The NVRTC name expression of one instantiation of attention.cu's ``attention`` template."""
+    return f"attention<{head_dim},{heads_per_block},{'true' if pre else 'false'}>"
+
+
+# Every instantiation a plan may name: compile attention.cu with these as name expressions.
+KERNELS = tuple(attention_kernel(hd, g, pre) for hd in HEAD_DIMS for g in _HEADS_PER_BLOCK for pre in (False, True))
+
+
 @dataclass(frozen=True)
 class AttentionPlan:
-    """How to launch attention_hd<hd> (RoPE and KV append fused) and attention_combine for one batch size.
+    """How to launch attention<hd, G, pre> (RoPE and KV append fused) and attention_combine for one batch size.
 
     Attributes
     ----------
-    kernel : the attention entry point, ``"attention_hd<hd>_g<G>"``, or up to B = 4 its ``_pre`` twin, which
-        loads each warp's first K/V page into registers before the PDL wait (more registers per thread; H200,
-        context 512: 1b B = 1 step -17 us, small -6 us; see ``_PRE_MAX_BATCH``).
+    kernel : the attention instantiation's name expression, ``"attention<hd,G,false>"``, or up to B = 4
+        ``"attention<hd,G,true>"``, which loads each warp's first K/V page into registers before the PDL wait
+        (more registers per thread; H200, context 512: 1b B = 1 step -17 us, small -6 us; see
+        ``_PRE_MAX_BATCH``).
     heads_per_block : G, query heads served by one block (all of one KV head's group, or an equal share of it;
         4, 2 or 1).
     partition : tokens per split; max_splits = ceil(max_seq_len / partition).
@@ -96,7 +109,7 @@ class AttentionPlan:
 
     def args(self, *, out, part_o, part_ml, qkv, k_cache, v_cache, block_tables, positions, max_blocks: int,
              n_kv_heads: int, rope_cos, rope_sin, counters=0) -> dict:
-        """attention_hd<hd>_g<G>'s arguments, every one filled in (pointers as buffers or ints).
+        """attention<hd, G, pre>'s arguments, every one filled in (pointers as buffers or ints).
 
         ``counters`` (int32 ``counters_shape``, zeroed once) fuses the combine; 0 leaves it to
         attention_combine (:meth:`combine_args`), which must then follow when :attr:`combine`.
@@ -166,7 +179,7 @@ def attention_plan(n_heads: int, n_kv_heads: int, head_dim: int, batch: int, max
         raise ValueError(f"partition {partition} must be a multiple of 64 in [64, 2048]")
     splits = math.ceil(max_seq_len / partition)
     return AttentionPlan(
-        kernel=f"attention_hd{head_dim}_g{g}" + ("_pre" if batch <= _PRE_MAX_BATCH else ""),
+        kernel=attention_kernel(head_dim, g, batch <= _PRE_MAX_BATCH),
         attention=LaunchShape(grid=(batch, y, splits), block=(128,)),
         combine_shape=LaunchShape(grid=(batch, n_heads), block=(_COMBINE_THREADS,),
                                   shared=4 * (2 * splits + _COMBINE_THREADS)) if splits > 1 else None,

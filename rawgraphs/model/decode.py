@@ -24,9 +24,10 @@ import numpy as np
 from ..compiler import kernel_dir
 from ..context import Stream, device
 from ..graph import Graph
-from ..kernel import Kernel, KernelArgs, LaunchShape, Module, Signature, parse_signatures
+from ..kernel import Kernel, KernelArgs, LaunchShape, Module, Signature, launchable, parse_signatures
 from ..memory import DeviceBuffer, DeviceView, HostBuffer
 from .attn_plan import BLOCK_SIZE, attention_plan_for, workspace_elements
+from .attn_plan import KERNELS as ATTENTION_KERNELS
 from .config import ModelConfig
 from .plans import OUT_MODES, gemv_plan, max_workspace_bytes
 from .reference import rope_tables
@@ -35,7 +36,9 @@ from .weights import Weights
 __all__ = ["Launch", "AllReduce", "DecodeModel"]
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
-_KERNEL_FILES = ("embedding", "gemv", "attention", "sample")  # rmsnorm, silu_mul: fused in gemv; rope in attention
+# Kernel file -> the name expressions of its template instantiations (rmsnorm, silu_mul: fused in gemv; rope in
+# attention).
+KERNEL_FILES = {"embedding": (), "gemv": (), "attention": ATTENTION_KERNELS, "sample": ()}
 
 
 @dataclass(frozen=True)
@@ -107,8 +110,8 @@ class _PlanKernel:
 
 def _plan_kernels() -> dict[str, _PlanKernel]:
     sigs = {}
-    for f in _KERNEL_FILES:
-        sigs.update(parse_signatures((kernel_dir() / f"{f}.cu").read_text()))
+    for f, names in KERNEL_FILES.items():
+        sigs.update(launchable(parse_signatures((kernel_dir() / f"{f}.cu").read_text()), names))
     return {name: _PlanKernel(name, sig) for name, sig in sigs.items()}
 
 
@@ -156,8 +159,9 @@ class DecodeModel:
         kv_tokens = kv_tokens or min(cfg.max_seq_len, 1024)
         self.num_blocks = num_blocks or max_batch * math.ceil(kv_tokens / BLOCK_SIZE)
         new = _plan_view if plan_only else DeviceBuffer
-        self.modules = [] if plan_only else [Module.from_file(f, options=compile_options) for f in _KERNEL_FILES]
-        self.kernels = _plan_kernels() if plan_only else {n: m.kernel(n) for m in self.modules for n in m.signatures}
+        self.modules = [] if plan_only else [Module.from_file(f, options=compile_options, name_expressions=names)
+                                             for f, names in KERNEL_FILES.items()]
+        self.kernels = _plan_kernels() if plan_only else {n: m.kernel(n) for m in self.modules for n in m.names}
         self.embed = new((cfg.vocab, cfg.dim), BF16)  # [V, D]
         tied = cfg.tie_word_embeddings
         self.lm_head = self.embed if tied else new((cfg.vocab, cfg.dim), BF16)  # [V, D]
