@@ -471,11 +471,12 @@ class Module:
             base = name.split("<")[0].strip()
             if base not in self.signatures:
                 raise KeyError(f"no kernel {name!r} in {self.program.name}; it has {sorted(self.signatures)}")
-            if self.signatures[base].template != (name in self.program.lowered):
+            if not self.signatures[base].template and name != base:
+                raise KeyError(f"{name!r}: {base} is not a template kernel; launch it as {base!r}")
+            if self.signatures[base].template and name not in self.program.lowered:
                 compiled = sorted(e for e in self.program.lowered if e.split("<")[0].strip() == base)
                 raise KeyError(f"{name!r}: {base} is a template kernel; launch an instantiation compiled in by name "
-                               f"expression ({compiled or 'none: pass name_expressions= to compile one'})"
-                               if self.signatures[base].template else f"{name!r}: {base} is not a template kernel")
+                               f"expression ({compiled or 'none: pass name_expressions= to compile one'})")
             sig = launchable(self.signatures, [name] if name != base else [])[name]
             k = self._kernels[name] = Kernel(self, name, self.program.lowered.get(name, base), sig)
         if expect is not None:
