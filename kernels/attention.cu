@@ -19,7 +19,7 @@
 // attention<HD, G, PRE>, HD in {16, 64, 128}, G in {1, 2, 4}: a template kernel, one instantiation per head dim
 //   and query heads per block G, so each holds only the registers it needs; PRE = true loads each warp's first
 //   K/V page into registers before the PDL wait (same results, bit for bit; more registers, so attn_plan.py
-//   gives it to B <= 4).
+//   gives it to B <= 32).
 //   grid  = (B, H / G, max_splits), block = (128) = 4 warps, no dynamic shared memory.
 //   Block (b, y, s) serves query heads [y*G, y*G + G) (G divides H/KVH: all of one KV head's group, or an
 //   equal share of it, so the group's K/V is read once per block) over tokens [s*part, (s+1)*part) of row b,
@@ -165,10 +165,10 @@ __device__ __forceinline__ void attention_block(
     }
     // PRE (attention<hd, G, true>): each warp's first K/V page is loaded into the page loop's registers before the
     // wait, so the loop starts without an L2 round trip after it. Old pages do not depend on the kernel before
-    // (kernels/pdl.cuh); slots at or past t1 are masked in the loop. Holding them across the wait costs
-    // registers (attention<128,1,*> 80 -> 126), so only plans up to B = 4 take it (attn_plan.py). 126 is at the edge: up to
-    // 128, one attention block still fits beside the qkv projection's three gemv blocks per SM at B = 1
-    // (tests/test_kernels_attn.py::test_b1_attention_fits_beside_the_qkv_projection).
+    // (kernels/pdl.cuh); slots at or past t1 are masked in the loop. Holding them across the wait costs registers
+    // (attention<128,1,*> 80 -> 126, 127 with the device's NVRTC), so only plans up to B = 32 take it (attn_plan.py).
+    // That is at the edge: up to 128, one attention block still fits beside the qkv projection's three gemv blocks per
+    // SM at B = 1 (tests/test_kernels_attn.py::test_b1_attention_fits_beside_the_qkv_projection).
     // (t1's expression, spelled here: defining t1 itself this early changed the PRE = false SASS, unmeasured)
     const bool preloaded = PRE && first * ATTN_PAGE < (newest ? pos : min(t0 + part, ctx));  // a page before t1
     uint4 kr[J], vr[J];

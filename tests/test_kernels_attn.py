@@ -86,8 +86,8 @@ def test_plan_args_fill_the_signatures():
 def test_plan_shapes():
     p = attention_plan(16, 16, 128, batch=1, max_seq_len=4096)
     assert p.kernel == "attention<128,1,true>" and p.heads_per_block == 1  # B = 1: the first page preloaded
-    assert [attention_plan(16, 16, 128, batch=b, max_seq_len=4096).kernel for b in (2, 4, 5, 8)] == \
-        ["attention<128,1,true>"] * 2 + ["attention<128,1,false>"] * 2  # PRE up to B = 4
+    assert [attention_plan(16, 16, 128, batch=b, max_seq_len=4096).kernel for b in (2, 32, 33, 64)] == \
+        ["attention<128,1,true>"] * 2 + ["attention<128,1,false>"] * 2  # PRE up to B = 32
     assert p.attention.grid == (1, 16, 4096 // p.partition) and p.combine
     assert p.part_o_shape == (1, 16, p.max_splits, 128) and p.part_ml_shape == (1, 16, p.max_splits, 2)
     assert p.counters_shape == (1, 16)

@@ -51,10 +51,12 @@ _SHORT_CONTEXT = 512  # the context a decode step must also fill the GPU at (see
 # B=37 ctx 513 45.0 / 48.2; B=64 ctx 4096 503 / 515 us; benchmarks/NOTES.md, session 4)
 _PREFETCH_B1 = 2
 # The largest batch whose plan takes attention<hd, G, true> (the first K/V page in registers before the PDL wait).
-# H200, session 16, step_costs at context 512 (two rounds), step us: B = 1 1b 616 -> 599, small 202 -> 196;
-# B = 2 1067 -> 1049, 287 -> 276; B = 4 1175 -> 1146, 318 -> 308. Past it, one round: B = 8 1b 1220 -> 1230 (lost),
-# small 334 -> 327; B = 16 1650 -> 1638, 455 -> 436; B = 32 2411 -> 2410, 1090 -> 1066 (benchmarks/NOTES.md).
-_PRE_MAX_BATCH = 4
+# H200, graph step at context 512, A/B, two rounds each, us (benchmarks/NOTES.md, sessions 16-17), 1b / small:
+# B = 1 616 -> 599 / 202 -> 196; 2 1067 -> 1049 / 287 -> 276; 4 1175 -> 1146 / 318 -> 308; 8 1225 -> 1238 (the
+# one loss below 64) / 334 -> 326; 16 1648 -> 1636 / 454 -> 436; 24 2173 -> 2136 / 999 -> 962; 32 2411 -> 2410 /
+# 1090 -> 1066 (one round). Past it both lose: 64 3485 -> 3562 / 1558 -> 1553; 128 5949 -> 6092 / 1989 -> 2088;
+# 256 10703 -> 10855 / 3171 -> 3251.
+_PRE_MAX_BATCH = 32
 _SHORT_SPLITS = 16  # at most this many splits hold a short-context plan's row (ATTN_SHORT_SPLITS in attention.cu)
 
 
@@ -73,7 +75,7 @@ class AttentionPlan:
 
     Attributes
     ----------
-    kernel : the attention instantiation's name expression, ``"attention<hd,G,false>"``, or up to B = 4
+    kernel : the attention instantiation's name expression, ``"attention<hd,G,false>"``, or up to B = 32
         ``"attention<hd,G,true>"``, which loads each warp's first K/V page into registers before the PDL wait
         (more registers per thread; H200, context 512: 1b B = 1 step -17 us, small -6 us; see
         ``_PRE_MAX_BATCH``).
