@@ -286,7 +286,8 @@ def test_template_instantiations_load_by_name_expression(attn_mod, stream, rng):
     """A module holds the instantiations it was compiled with, by name expression; a bare template, one not
     compiled in, or a plain kernel spelled as a template is refused by name, and the module stays usable."""
     from rawgraphs.kernel import Module
-    plan = attention_plan(4, 4, 64, batch=5, max_seq_len=256)  # attention<64,1,false>
+    plan = attention_plan(4, 4, 64, batch=40, max_seq_len=256)
+    assert plan.kernel == "attention<64,1,false>"
     one = Module.from_file("attention", name_expressions=(plan.kernel,))
     assert set(one.names) == {plan.kernel, "attention_combine"}
     with pytest.raises(KeyError, match=r"template kernel.*attention<64,1,false>"):
@@ -295,10 +296,10 @@ def test_template_instantiations_load_by_name_expression(attn_mod, stream, rng):
         one.kernel("attention<128,1,true>")
     with pytest.raises(KeyError, match="not a template kernel"):
         one.kernel("attention_combine<1>")
-    ctx_lens = np.array([1, 17, 200, 0, 64])
+    ctx_lens = np.array([1, 17, 200, 0, 64] * 8)
     positions = np.where(ctx_lens > 0, ctx_lens - 1, -1).astype(np.int32)
-    qkv = _bf16(rng, (5, (4 + 2 * 4) * 64))
-    k_cache, v_cache, tables = _paged_case(rng, 5, 4, 64, 256, ctx_lens)
+    qkv = _bf16(rng, (40, (4 + 2 * 4) * 64))
+    k_cache, v_cache, tables = _paged_case(rng, 40, 4, 64, 256, ctx_lens)
     got = run_attention(one, stream, qkv, k_cache, v_cache, tables, positions, plan, 10000.0)
     want = run_attention(attn_mod, stream, qkv, k_cache, v_cache, tables, positions, plan, 10000.0)
     assert one.program.lowered[plan.kernel] == attn_mod.program.lowered[plan.kernel]  # one mangled symbol
