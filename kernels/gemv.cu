@@ -23,7 +23,10 @@
 //   extra argument parts int32 (1, 2, 4, 8): warps per row (OUT_SILU: per gate/up row pair). B = 1 with parts = 1
 //   and one K range (the decode step's projections, but small's o and down) runs the unit stream (gemv_unit_body):
 //   the same units in the same order and the same output bytes as the general body.
-// gemv_mma (2 <= B <= 16; passes of 8 / 16 / 32 batch rows): GEMV on tensor cores, W streamed from global
+// gemv_rows (B = 2, and B = 3 for K >= 2048, where B = 1 would run the unit stream and the B x rows fit): gemv's
+//   unit stream for all B rows at once, each weight chunk read once (see "gemv_rows:" below); gemv's grid, block,
+//   shared memory and arguments.
+// gemv_mma (2 <= B <= 16 otherwise; passes of 8 / 16 / 32 batch rows): GEMV on tensor cores, W streamed from global
 //   memory straight into mma.sync A fragments (8 x 16-byte loads in flight per lane), x^T as the B operand.
 //   grid = (ceil(N / 16), splits), block = (256,) exactly, shared = 0 or unused (static arrays); OUT_SILU: a block owns
 //   8 gate rows and their 8 up rows (same grid)
@@ -466,6 +469,20 @@ __device__ __forceinline__ float dot8(float a, const bf16* w, const bf16* x) {
     return a;
 }
 
+// a[r] = dot8(a[r], w, x + r * K) for R rows of x: the 8 weights are widened once for every row.
+template <int R>
+__device__ __forceinline__ void dot8_rows(float (&a)[R], const bf16* w, const bf16* x, int K) {
+    float wf[8];
+    bf16x8_to_float(*reinterpret_cast<const uint4*>(w), wf);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        float xf[8];
+        bf16x8_to_float(*reinterpret_cast<const uint4*>(x + (size_t)r * K), xf);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) a[r] = fmaf(wf[e], xf[e], a[r]);
+    }
+}
+
 // The issue side of one warp's ring: its chunks of its rows in order, one commit group per chunk (empty past
 // the end, so the wait count stays fixed).
 // PAIRS (OUT_SILU): a unit is two rows; this warp's chunks j >= jsplit are in the second. A compile-time switch:
@@ -637,7 +654,7 @@ struct UnitStream {
     }
 };
 
-template <int XOP, bool PAIRS>
+template <int XOP, bool PAIRS, int R>
 __device__ __forceinline__ void gemv_unit_body(void* y, const bf16* __restrict__ x, const bf16* __restrict__ w,
                                                const bf16* __restrict__ norm, const int* __restrict__ positions,
                                                int N, int K, int mode, float eps) {
@@ -647,40 +664,82 @@ __device__ __forceinline__ void gemv_unit_body(void* y, const bf16* __restrict__
     const int group = blockIdx.x * nwarps + warp, groups = gridDim.x * nwarps;
     const int chunks = (K + PIPE_CHUNK - 1) / PIPE_CHUNK, units = PAIRS ? N / 2 : N;
     bf16* rings = reinterpret_cast<bf16*>(pipe_raw);      // [nwarps][PIPE_STAGES][PIPE_CHUNK]
-    bf16* xs = rings + nwarps * PIPE_STAGES * PIPE_CHUNK;  // [K] the input row
-    const bool on = row_active(positions, 0);  // positions may be read before the wait (pdl.cuh)
+    bf16* xs = rings + nwarps * PIPE_STAGES * PIPE_CHUNK;  // [R][K] the input rows
+    bool on[R];  // positions may be read before the wait (pdl.cuh)
+#pragma unroll
+    for (int r = 0; r < R; ++r) on[r] = row_active(positions, r);
+    bool any = on[0];  // spelled so, gemv's R = 1 SASS is what it was before R (`any |= on[r]` changed it)
+#pragma unroll
+    for (int r = 1; r < R; ++r) any = any || on[r];
     UnitStream<PAIRS> st{rings + warp * PIPE_STAGES * PIPE_CHUNK + lane * 8, w, K, units, groups,
                          PAIRS ? 2 * chunks : chunks, chunks, (size_t)units * K};  // the rest zero (slot 0)
-    st.start(on ? group : units);  // an inactive row loads nothing
+    st.start(any ? group : units);  // a batch of inactive rows loads nothing
 #pragma unroll
     for (int i = 0; i < PIPE_STAGES - 1; ++i) st.issue();
     pdl_begin();  // the first ring is in flight before the wait; x is read after it
-    if (on) {
-        stage_x<XOP>(xs, x, norm, 0, K, 0, K, eps, scratch);
+    if (any) {
+#pragma unroll
+        for (int r = 0; r < R; ++r)  // an inactive row's xs is not written: its sums are computed, not stored
+            if (on[r]) stage_x<XOP>(xs + r * K, x, norm, r, K, 0, K, eps, scratch);
         __syncthreads();
         int slot = 0;
-        auto chunk = [&](int c, float& a) {  // as gemv_body's
+        auto chunk = [&](int c, float (&a)[R]) {  // as gemv_body's, for R rows
             cp_async_wait<PIPE_STAGES - 2>();
             st.issue();
             const int kk = c * PIPE_CHUNK + lane * 8;
-            if (kk < K) a = dot8(a, st.ring + slot * PIPE_CHUNK, xs + kk);
+            if (kk < K) dot8_rows<R>(a, st.ring + slot * PIPE_CHUNK, xs + kk, K);
             slot = slot == PIPE_STAGES - 1 ? 0 : slot + 1;
         };
         for (int n = group; n < units; n += groups) {
-            float acc = 0.0f, acc_u = 0.0f;  // the unit's first row; its second (PAIRS)
+            float acc[R] = {}, acc_u[R] = {};  // the unit's first row; its second (PAIRS)
             for (int c = 0; c < chunks; ++c) chunk(c, acc);
             if (PAIRS) {
                 for (int c = 0; c < chunks; ++c) chunk(c, acc_u);
-                acc_u = warp_sum(acc_u);
+#pragma unroll
+                for (int r = 0; r < R; ++r) acc_u[r] = warp_sum(acc_u[r]);
             }
-            acc = warp_sum(acc);
-            if (lane == 0) store_unit(y, mode, 0, 1, N, 0, n, acc, acc_u, true);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                acc[r] = warp_sum(acc[r]);
+                if (lane == 0) store_unit(y, mode, 0, R, N, r, n, acc[r], acc_u[r], on[r]);
+            }
         }
     } else {  // block-uniform: no input read, zeros stored (store_row)
-        for (int n = group; n < units && lane == 0; n += groups)
-            store_unit(y, mode, 0, 1, N, 0, n, 0.0f, 0.0f, false);
+        for (int n = group; n < units && lane == 0; n += groups) {
+#pragma unroll
+            for (int r = 0; r < R; ++r) store_unit(y, mode, 0, R, N, r, n, 0.0f, 0.0f, false);
+        }
     }
     cp_async_wait<0>();  // only empty groups remain
+}
+
+// The unit stream of R batch rows, by x_op and mode.
+template <int R>
+__device__ __forceinline__ void gemv_units(void* y, const bf16* x, const bf16* w, const bf16* norm,
+                                           const int* positions, int N, int K, int mode, float eps, int x_op) {
+    if (mode == OUT_SILU && x_op == X_RMSNORM)
+        gemv_unit_body<X_RMSNORM, true, R>(y, x, w, norm, positions, N, K, mode, eps);
+    else if (mode == OUT_SILU)
+        gemv_unit_body<X_PLAIN, true, R>(y, x, w, norm, positions, N, K, mode, eps);
+    else if (x_op == X_RMSNORM)
+        gemv_unit_body<X_RMSNORM, false, R>(y, x, w, norm, positions, N, K, mode, eps);
+    else
+        gemv_unit_body<X_PLAIN, false, R>(y, x, w, norm, positions, N, K, mode, eps);
+}
+
+// gemv_body by x_op and mode: any B, parts and K split.
+__device__ __forceinline__ void gemv_general(void* y, const bf16* x, const bf16* w, const bf16* norm,
+                                             const int* positions, int B, int N, int K, int k0, int k1, int mode,
+                                             float eps, int x_op, int parts) {
+    if (mode == OUT_SILU && x_op == X_RMSNORM) {  // the decode step's gate_up
+        gemv_body<X_RMSNORM, true>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, parts);
+    } else if (mode == OUT_SILU) {
+        gemv_body<X_PLAIN, true>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, parts);
+    } else if (x_op == X_RMSNORM) {
+        gemv_body<X_RMSNORM, false>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, parts);
+    } else {
+        gemv_body<X_PLAIN, false>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, parts);
+    }
 }
 
 // 64 registers at most: 4 blocks of 8 warps would fit an SM; plans.py runs 3 (GEMV_THREE_PER_SM_SHARED).
@@ -692,24 +751,51 @@ extern "C" __global__ void __launch_bounds__(256, 4) gemv(void* y, const bf16* _
     rg_trace_enter();
 #endif
     const int k0 = blockIdx.y * k_chunk, k1 = min(K, k0 + k_chunk);
-    if (B == 1 && parts == 1 && gridDim.y == 1 && k_chunk >= K) {  // the unit stream (grid-uniform)
-        if (mode == OUT_SILU && x_op == X_RMSNORM)
-            gemv_unit_body<X_RMSNORM, true>(y, x, w, norm, positions, N, K, mode, eps);
-        else if (mode == OUT_SILU)
-            gemv_unit_body<X_PLAIN, true>(y, x, w, norm, positions, N, K, mode, eps);
-        else if (x_op == X_RMSNORM)
-            gemv_unit_body<X_RMSNORM, false>(y, x, w, norm, positions, N, K, mode, eps);
-        else
-            gemv_unit_body<X_PLAIN, false>(y, x, w, norm, positions, N, K, mode, eps);
-    } else if (mode == OUT_SILU && x_op == X_RMSNORM) {  // the decode step's gate_up
-        gemv_body<X_RMSNORM, true>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, parts);
-    } else if (mode == OUT_SILU) {
-        gemv_body<X_PLAIN, true>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, parts);
-    } else if (x_op == X_RMSNORM) {
-        gemv_body<X_RMSNORM, false>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, parts);
-    } else {
-        gemv_body<X_PLAIN, false>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, parts);
-    }
+    if (B == 1 && parts == 1 && gridDim.y == 1 && k_chunk >= K)  // the unit stream (grid-uniform)
+        gemv_units<1>(y, x, w, norm, positions, N, K, mode, eps, x_op);
+    else
+        gemv_general(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, x_op, parts);
+#ifdef RG_TRACE
+    rg_trace_exit();
+#endif
+}
+
+// gemv_rows: (2 <= B <= GEMV_ROWS_MAX): gemv's unit stream over all B rows at once: each weight chunk is read once
+// and multiplied by the B staged x rows (dot8_rows), where gemv_mma's tensor-core passes cost more. It needs parts =
+// 1, one K range and dynamic shared memory of at least warps * PIPE_STAGES * 512 + B * K * 2 bytes (the rings and the
+// B x rows); otherwise, and for any other B, it runs gemv's general body, so it is correct for every B and launch.
+// Same arguments as gemv. 80 registers at most: 3 blocks of 8 warps per SM. Each row's sum is gemv's at B = 1 (chunk
+// order, the same bytes). Its chunk loop grows by ~17 instructions a row (one 16-byte x load, 8 widenings, 8 FMAs)
+// and each unit by a warp reduction and a store a row, so it pays while the weight bytes, not the issue, bound the
+// launch: H200, decode step, context 512 (session 17, A/B with gemv_mma): 1b B = 2 1057 -> 777 us, B = 3 1118 ->
+// 1050; small B = 2 276.5 -> 274.7, B = 3 300 -> 331 (K = 768: 3 chunks a row); B = 4 lost on both (1b 1145 -> 1200,
+// small 307 -> 372), so it stops at 3 rows (plans.py says where it runs).
+#define GEMV_ROWS_MAX 3
+
+__device__ __forceinline__ unsigned dynamic_smem_size() {
+    unsigned s;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(s));
+    return s;
+}
+
+extern "C" __global__ void __launch_bounds__(256, 3) gemv_rows(void* y, const bf16* __restrict__ x,
+                                                               const bf16* __restrict__ w,
+                                                               const bf16* __restrict__ norm,
+                                                               const int* __restrict__ positions, int B, int N,
+                                                               int K, int k_chunk, int mode, float eps, int x_op,
+                                                               int parts) {
+#ifdef RG_TRACE
+    rg_trace_enter();
+#endif
+    const int k0 = blockIdx.y * k_chunk, k1 = min(K, k0 + k_chunk);
+    const unsigned need = (blockDim.x >> 5) * PIPE_STAGES * PIPE_CHUNK * 2 + (unsigned)B * K * 2;
+    const bool units = parts == 1 && gridDim.y == 1 && k_chunk >= K && dynamic_smem_size() >= need;
+    if (units && B == 2)
+        gemv_units<2>(y, x, w, norm, positions, N, K, mode, eps, x_op);
+    else if (units && B == GEMV_ROWS_MAX)
+        gemv_units<GEMV_ROWS_MAX>(y, x, w, norm, positions, N, K, mode, eps, x_op);
+    else
+        gemv_general(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, x_op, parts);
 #ifdef RG_TRACE
     rg_trace_exit();
 #endif

@@ -27,11 +27,13 @@ from rawgraphs.model.plans import (
     GEMV_THREE_PER_SM_SHARED,
     OUT_MODES,
     PARTIAL,
+    ROWS_MAX,
     SMS,
     TWO_PER_SM_SHARED,
     X_OPS,
     gemv_plan,
     max_workspace_bytes,
+    rows_fit,
     tc_target_blocks,
     two_per_sm,
 )
@@ -41,8 +43,8 @@ FILES = ["embedding", "rmsnorm", "gemv", "silu_mul", "sample"]
 # (N, K): 1b qkv / o / gate_up / down / lm_head, small qkv / o, a split-K gemv, tiny, ragged (N % 4, K % 64).
 GEMV_SHAPES = [(6144, 2048), (2048, 2048), (11264, 2048), (2048, 5632), (32000, 2048), (2304, 768),
                (768, 768), (768, 2048), (64, 64), (99, 40)]
-BATCHES = [1, 3, 8, 16, 37, 64, 256]
-VARIANTS = [("gemv", None), ("gemv", 3), ("gemv_mma", 1), ("gemv_mma", 3), ("gemm_tc", None)]
+BATCHES = [1, 2, 3, 4, 8, 16, 37, 64, 256]
+VARIANTS = [("gemv", None), ("gemv", 3), ("gemv_rows", None), ("gemv_mma", 1), ("gemv_mma", 3), ("gemm_tc", None)]
 
 
 # ---------------------------------------------------------------- CPU: compile, signatures, plans, hash
@@ -67,6 +69,8 @@ def test_signatures():
         "add_rmsnorm": "out: ptr, residual: ptr, x: ptr, w: ptr, eps: f32, D: i32",
         "gemv": "y: ptr, x: ptr, w: ptr, norm: ptr, positions: ptr, B: i32, N: i32, K: i32, k_chunk: i32, "
                 "mode: i32, eps: f32, x_op: i32, parts: i32",
+        "gemv_rows": "y: ptr, x: ptr, w: ptr, norm: ptr, positions: ptr, B: i32, N: i32, K: i32, k_chunk: i32, "
+                     "mode: i32, eps: f32, x_op: i32, parts: i32",
         "gemv_mma": "y: ptr, x: ptr, w: ptr, norm: ptr, positions: ptr, B: i32, N: i32, K: i32, k_chunk: i32, "
                     "mode: i32, eps: f32, x_op: i32",
         "gemm_tc": "y: ptr, x: ptr, w: ptr, norm: ptr, positions: ptr, B: i32, N: i32, K: i32, k_chunk: i32, "
@@ -91,7 +95,14 @@ def gemv_used_shared(k_chunk: int) -> int:
 @pytest.mark.parametrize("N,K", GEMV_SHAPES)
 def test_gemv_plan(B, N, K):
     plan = gemv_plan(B, N, K, "residual")
-    assert plan.kernel == ("gemv" if B == 1 else "gemv_mma" if B <= 16 else "gemm_tc")
+    unit = gemv_plan(1, N, K, "residual")
+    rows = (B == 2 or B == 3 and K >= 2048) and unit.parts == 1 and unit.splits == 1 and rows_fit(B, K)
+    assert rows_fit(B, K) == (8 * GEMV_RING + 2 * B * K <= 58 * 1024)
+    assert plan.kernel == ("gemv" if B == 1 else "gemv_rows" if rows else "gemv_mma" if B <= 16 else "gemm_tc")
+    if rows:  # B = 1's unit stream, every row at once: the same grid and shared memory
+        assert plan == replace(unit, kernel="gemv_rows") and rows_fit(B, K)
+        assert plan.launches("y", "x", "w", None, B, N, K)[0].args["parts"] == 1
+        return
     # The splits cover K exactly once, none empty.
     assert plan.k_chunk % 64 == 0 and plan.splits * plan.k_chunk >= K > (plan.splits - 1) * plan.k_chunk
     assert plan.grid[1 if B <= 16 else 2] == plan.splits
@@ -167,6 +178,11 @@ def test_gemv_plan_silu(B, N, K):
     a row gets where every pair has a group of its own, and in every case no warp streams more bytes than it does
     for rows; the reduce covers the B x N/2 outputs."""
     row, plan = gemv_plan(B, N, K, "bf16"), gemv_plan(B, N, K, "silu")
+    if "gemv_rows" in (plan.kernel, row.kernel):  # pairs may give a row 2 warps where rows have 1: then gemv_mma
+        unit = gemv_plan(1, N, K, "silu")
+        assert (plan.kernel == "gemv_rows") == (unit.parts == 1 and unit.splits == 1 and rows_fit(B, K))
+        assert plan.kernel == "gemv_mma" or (plan.grid, plan.parts, plan.shared) == (unit.grid, 1, unit.shared)
+        return
     assert (plan.kernel, plan.splits, plan.k_chunk, plan.workspace_bytes) == (row.kernel, row.splits, row.k_chunk,
                                                                                row.workspace_bytes)
     assert plan.out_mode == OUT_MODES["silu"] and plan.mode == (OUT_MODES["silu"] if plan.splits == 1 else PARTIAL)
@@ -194,7 +210,7 @@ def test_gemv_plan_silu(B, N, K):
     (16, 4096, 768, "silu", True),      # small gate_up: 256 blocks
     (8, 768, 2048, "residual", True),   # small down: 48 rows of blocks, K split in two (96 blocks)
     (16, 2048, 5632, "residual", True),  # 1b down: 128 blocks
-    (4, 2304, 768, "bf16", False),      # B < 8
+    (5, 2304, 768, "bf16", False),      # B < 8
     (8, 6144, 2048, "bf16", False),     # 1b qkv: 384 blocks
     (8, 32000, 768, "f32", False),       # LM head: 2000 blocks
     (32, 2048, 2048, "residual", True),  # gemm_tc, 1b o: 32 column tiles x 8 splits = 256 blocks
@@ -227,6 +243,7 @@ def test_gemv_ring_constants_match_the_kernel():
     src = (kernel_dir() / "gemv.cu").read_text()
     assert int(re.search(r"#define PIPE_STAGES (\d+)", src).group(1)) == GEMV_STAGES
     assert int(re.search(r"#define PIPE_CHUNK (\d+)", src).group(1)) == GEMV_CHUNK
+    assert int(re.search(r"#define GEMV_ROWS_MAX (\d+)", src).group(1)) == ROWS_MAX
     assert GEMV_RING == GEMV_STAGES * GEMV_CHUNK * 2
 
 
@@ -246,6 +263,9 @@ def test_occupancy_caps_hold_for_the_compiled_kernels():
         plan = gemv_plan(1, N, K, out)
         used = gemv_used_shared(plan.k_chunk)
         assert h200_blocks_per_sm(*use["gemv"], plan.shared) == 3 < h200_blocks_per_sm(*use["gemv"], used) == 4
+    for B, N, K in [(2, 2048, 5632), (3, 6144, 2048), (3, 32000, 2048)]:  # gemv_rows: 3 by registers and the cap
+        plan = gemv_plan(B, N, K)
+        assert plan.kernel == "gemv_rows" and h200_blocks_per_sm(*use["gemv_rows"], plan.shared) == 3
     capped = gemv_plan(8, 2304, 768)
     assert capped.shared == TWO_PER_SM_SHARED
     assert h200_blocks_per_sm(*use["gemv_mma"], capped.shared) == 2 < h200_blocks_per_sm(*use["gemv_mma"], 0) == 3
@@ -462,7 +482,7 @@ def test_gemv_silu(mods, stream, rng, N, K):
     small gate_up, tiny, an odd pair count, and a K that makes gemv split."""
     w = bf16(rng.standard_normal((N, K)) / math.sqrt(K))  # [N, K]: gate rows, then up rows; sums O(1)
     wd = upload(w)
-    for B in [1, 3, 8, 16, 37, 64]:
+    for B in [1, 2, 3, 4, 8, 16, 37, 64]:
         x = bf16(rng.standard_normal((B, K)))  # [B, K]
         xd = upload(x)
         want = projected(x, w, "silu")  # [B, N/2]
@@ -580,6 +600,51 @@ def test_gemv_unit_stream(mods, stream, rng, N, K, x_op, out):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("x_op,out", [("plain", "f32"), ("rmsnorm", "residual"), ("rmsnorm", "silu")])
+@pytest.mark.parametrize("N,K", [(2048, 5632), (11264, 2048), (2304, 768), (98, 40)])
+def test_gemv_rows_unit_stream(mods, stream, rng, N, K, x_op, out):
+    """gemv_rows at B = 2-3 streams each weight chunk once for every row: row b's bytes are gemv's at B = 1 on
+    x[b] alone (the unit stream), on the plan's grid, 1 block (rings wrapping across units) and 3, with rows
+    inactive in between (zeros, or the residual untouched); at B = 4 (past GEMV_ROWS_MAX) and where the rows do
+    not fit its shared memory (1b down at B = 3) its general body gives the same bytes."""
+    eps = 1e-5
+    w = bf16(rng.standard_normal((N, K)) / math.sqrt(K))  # [N, K]
+    g = bf16(rng.uniform(0.5, 1.5, K))  # [K] norm weight
+    x = bf16(rng.standard_normal((4, K)) * 3.0)  # [4, K]
+    res = bf16(rng.standard_normal((4, N // 2 if out == "silu" else N)))  # [4, N] residual (out="residual")
+    wd, gd = upload(w), upload(g)
+    dtype = np.float32 if out == "f32" else BF16
+
+    def run(rows, plan, blocks, positions=None):  # -> y [len(rows), ...] from a poisoned (or residual) buffer
+        B = len(rows)
+        y = upload(res[rows]) if out == "residual" else poisoned(res[rows].shape, dtype, stream)
+        pd = upload(positions) if positions is not None else None
+        for step in replace(plan, grid=(blocks, *plan.grid[1:])).launches(y, upload(x[rows]), wd, None, B, N, K, gd,
+                                                                           eps, pd):
+            launch(mods["gemv"], step.kernel, step.grid, step.block, stream, step.shared, **step.args)
+        stream.synchronize()
+        return y.to_numpy()
+
+    one = gemv_plan(1, N, K, out, x_op=x_op)
+    single = np.concatenate([run([b], one, one.grid[0]) for b in range(4)])  # [4, ...]: B = 1, row by row
+    want = projected(fused_input(x, g, eps, x_op), w, out) + (res.astype(np.float64) if out == "residual" else 0)
+    np.testing.assert_allclose(single.astype(np.float64), want, rtol=1e-2, atol=1e-2)
+    for B in (2, 3, 4):
+        plan = gemv_plan(B, N, K, out, "gemv_rows", x_op=x_op)
+        if gemv_plan(B, N, K, out, x_op=x_op).kernel == "gemv_rows":
+            assert plan == gemv_plan(B, N, K, out, x_op=x_op)
+        for blocks in (plan.grid[0], 1, 3):
+            got = run(list(range(B)), plan, blocks)
+            assert got.tobytes() == single[:B].tobytes(), f"B={B} blocks={blocks} {plan}: not B = 1's bytes"
+        positions = np.arange(B, dtype=np.int32) + 7
+        positions[1::2] = -1  # rows 1 (and 3) inactive
+        got = run(list(range(B)), plan, plan.grid[0], positions)
+        base = res[:B] if out == "residual" else np.zeros_like(single[:B])
+        on = positions >= 0
+        assert got[on].tobytes() == single[:B][on].tobytes() and got[~on].tobytes() == base[~on].astype(dtype).tobytes()
+
+
+@pytest.mark.gpu
 def test_plans_blocks_per_sm(mods):
     """The occupancy the plans are built on, read back from the driver: gemv 3 blocks per SM under its
     shared-memory cap (the one-wave grid of plans.py; 4 by its registers alone), gemv_mma 3, or 2 under the plan's
@@ -591,6 +656,8 @@ def test_plans_blocks_per_sm(mods):
 
     assert blocks(gemv_plan(1, 2048, 2048)) == 3 and blocks(gemv_plan(1, 2048, 5632, "residual")) == 3
     assert blocks(gemv_plan(8, 6144, 2048)) == 3
+    rows = gemv_plan(3, 6144, 2048)
+    assert rows.kernel == "gemv_rows" and blocks(rows) == 3 and blocks(gemv_plan(2, 2048, 5632, "residual")) == 3
     capped = gemv_plan(8, 2304, 768)
     assert capped.shared == TWO_PER_SM_SHARED and blocks(capped) == 2
     assert blocks(gemv_plan(37, 6144, 2048)) == 4
@@ -608,7 +675,7 @@ def test_gemv_skips_inactive_rows(mods, stream, rng, N, K, x_op):
     w = bf16(rng.standard_normal((N, K)) / math.sqrt(K))  # [N, K]
     g = bf16(rng.uniform(0.5, 1.5, K))  # [K] norm weight
     wd, gd = upload(w), upload(g)
-    for B in [1, 3, 16, 37]:
+    for B in [1, 2, 3, 4, 16, 37]:
         positions = rng.integers(0, 100, size=B).astype(np.int32)  # [B]
         positions[rng.permutation(B)[:max(1, B // 3)]] = -1  # a third of the rows inactive (B = 1: the row)
         off = positions < 0

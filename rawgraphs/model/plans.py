@@ -7,7 +7,13 @@
   fit 4, and unused shared memory keeps a fourth off); groups of ``parts`` warps own whole weight rows and
   stream them through per-warp cp.async rings (7 x 512 bytes in flight per warp, the first ring issued before
   the PDL wait).
-- ``2 <= B <= 16``: ``gemv_mma``, 16 weight rows per 256-thread block streamed straight into tensor-core
+- ``B = 2``, and ``B = 3`` for ``K >= 2048``, where the ``B = 1`` plan is gemv's unit stream (one warp per row, one
+  K range) and the B x rows fit beside the rings (``rows_fit``): ``gemv_rows``, the same grid streaming each
+  weight chunk once for all B rows (``dot8_rows``). H200, decode step at context 512, against ``gemv_mma``: 1b
+  B = 2 / 3 1057 / 1118 -> 777 / 1050 us (qkv, o, gate_up and the LM head each cheaper at B = 3); small B = 2
+  276.5 -> 274.7, but B = 3 300 -> 331 (each of its K = 768 projections dearer: 3 chunks a row leave the extra
+  rows' arithmetic and reductions exposed); B = 4 lost on both (1b 1145 -> 1200, small 307 -> 372).
+- otherwise ``2 <= B <= 16``: ``gemv_mma``, 16 weight rows per 256-thread block streamed straight into tensor-core
   fragments (4 x 2 16-byte loads in flight per lane, 3 blocks per SM, or 2 where ``two_per_sm`` says);
   each weight row is read once per launch.
 - ``B > 16``: ``gemm_tc``, 64 x 64 output tiles on tensor cores (mma.sync bf16, fp32 accumulate), 4 blocks per SM,
@@ -42,11 +48,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 __all__ = ["OUT_MODES", "PARTIAL", "TWO_PER_SM_SHARED", "X_OPS", "SMS", "GemvPlan", "Launch", "gemv_plan",
-           "max_workspace_bytes", "tc_target_blocks", "two_per_sm"]
+           "max_workspace_bytes", "rows_fit", "tc_target_blocks", "two_per_sm"]
 
 OUT_MODES = {"bf16": 0, "residual": 1, "f32": 2, "silu": 4}  # the `mode` argument of kernels/gemv.cu
 PARTIAL = 3  # mode: write fp32 partials of one K split
@@ -77,6 +83,8 @@ GEMV_RED = 64  # gemv: bytes of one warp's unit partials (RED_UNITS = 8 units x 
 # gemv: rings + x row at most, in dynamic shared bytes; sets the K split (x fits unsplit up to K = 7424). Once under
 # the 48 KiB that needs no opt-in; every launch now asks for GEMV_THREE_PER_SM_SHARED (opted in by Kernel.prepare).
 GEMV_SHARED = 47 * 1024
+ROWS_MAX = 3  # gemv_rows: the most batch rows its unit stream carries (GEMV_ROWS_MAX in gemv.cu)
+ROWS3_MIN_K = 2048  # gemv_rows takes 3 rows only from this K up (8 chunks a row; see the module docstring)
 
 
 class Launch(NamedTuple):
@@ -121,7 +129,7 @@ class GemvPlan:
         positions = 0 if positions is None else positions
         main = dict(x=x, w=w, norm=0 if norm is None else norm, positions=positions, B=B, N=N, K=K,
                     k_chunk=self.k_chunk, eps=eps, x_op=self.x_op)
-        if self.kernel == "gemv":
+        if self.kernel in ("gemv", "gemv_rows"):
             main["parts"] = self.parts
         if self.splits == 1:
             return [Launch(self.kernel, self.grid, self.block, self.shared,
@@ -172,6 +180,13 @@ def two_per_sm(B: int, blocks: int) -> bool:
     return B >= 8 and blocks <= 2 * SMS
 
 
+def rows_fit(B: int, K: int) -> bool:
+    """Whether ``gemv_rows``' unit stream holds ``B`` x rows of ``K`` beside its rings (``8 * GEMV_STAGES * 512 +
+    2 * B * K`` bytes, what the kernel checks) within gemv's three-blocks-per-SM shared memory, so it keeps gemv's
+    occupancy (its 80 registers allow 3 blocks of 8 warps per SM)."""
+    return GEMV_BLOCK_WARPS * GEMV_RING + 2 * B * K <= GEMV_THREE_PER_SM_SHARED
+
+
 def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = None,
               splits: int | None = None, x_op: str = "plain") -> GemvPlan:
     """The launch plan for ``y[B, N] (out) op(x)[B, K] @ W[N, K]^T``; ``K % 8 == 0`` (16-byte rows); ``out ==
@@ -188,9 +203,13 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         raise ValueError(f"out='silu' needs an even N (gate rows, then up rows); got N={N}")
     if x_op not in X_OPS:
         raise ValueError(f"x_op must be one of {sorted(X_OPS)}, got {x_op!r}")
+    if kernel is None and (B == 2 or B == ROWS_MAX and K >= ROWS3_MIN_K) and rows_fit(B, K):
+        unit = gemv_plan(1, N, K, out, x_op=x_op)
+        if unit.parts == 1 and unit.splits == 1:  # the unit stream, each weight chunk read once for the B rows
+            return replace(unit, kernel="gemv_rows")
     kernel = kernel or ("gemv" if B == 1 else "gemv_mma" if B <= 16 else "gemm_tc")
     shared, parts = 0, 1
-    if kernel == "gemv":
+    if kernel in ("gemv", "gemv_rows"):  # gemv_rows: gemv's plan at B; its kernel picks the unit stream or not
         # One wave of at most 3 blocks per SM: each group of `parts` warps owns ceil(N / groups) whole rows, so every
         # warp streams the same bytes; a short N splits each row's chunks over 2-8 warps instead of leaving
         # warps idle. 3 capped blocks per SM beat 4 (GEMV_THREE_PER_SM_SHARED); 2 uncapped blocks' worth of warps
@@ -241,7 +260,7 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         if two_per_sm(B, tm * tn * splits):
             shared = TWO_PER_SM_SHARED
     else:
-        raise ValueError(f"unknown gemv kernel {kernel!r}; one of gemv, gemv_mma, gemm_tc")
+        raise ValueError(f"unknown gemv kernel {kernel!r}; one of gemv, gemv_rows, gemv_mma, gemm_tc")
     mode = OUT_MODES[out]
     if splits == 1:
         return GemvPlan(kernel, grid, block, shared, 1, k_chunk, mode, mode, X_OPS[x_op], 0, None, parts)
