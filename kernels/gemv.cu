@@ -126,12 +126,22 @@ __device__ __forceinline__ TileRows tile_rows(int mode, int N, int tile) {
     return {half, half ? half : N, half ? tile / 2 : tile};
 }
 
+// X_RMSNORM of eight input elements: bf16(x * inv * g), rmsnorm.cu's math and rounding (gv: the 8 norm weights).
+__device__ __forceinline__ uint4 rmsnorm_x8(const uint4& v, const uint4& gv, float inv) {
+    float f[8], g[8];
+    bf16x8_to_float(v, f);
+    bf16x8_to_float(gv, g);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) f[j] = f[j] * inv * g[j];
+    return float_to_bf16x8(f);
+}
+
 // Eight input elements [k, k + 8) of batch row b, transformed by x_op (inv: the row's inverse RMS, X_RMSNORM).
 __device__ __forceinline__ uint4 load_x8(const bf16* __restrict__ x, const bf16* __restrict__ norm, int x_op,
                                          float inv, int b, int K, int k) {
     const uint4 v = __ldg(reinterpret_cast<const uint4*>(x + (size_t)b * K + k));
     if (x_op == X_PLAIN) return v;
-    float f[8], g[8];
+    float f[8], g[8];  // rmsnorm_x8, spelled out: its order keeps gemv_mma's and gemm_tc's SASS as it was
     bf16x8_to_float(v, f);
     bf16x8_to_float(__ldg(reinterpret_cast<const uint4*>(norm + k)), g);
 #pragma unroll
@@ -521,13 +531,27 @@ struct RowStream {
     }
 };
 
+// X_RMSNORM: this thread's first 8 norm weights of the K range [k0, k1), for stage_x. Loaded before the PDL wait
+// (weights never depend on the kernel before, pdl.cuh), staging x after the wait does not wait on their first
+// read from HBM, which comes after the block's sum of squares. ldg_stream (asm volatile): ptxas moved an __ldg
+// here past the wait (griddepcontrol.wait, nvdisasm: ACQBULK).
+template <int XOP>
+__device__ __forceinline__ uint4 norm_first(const bf16* __restrict__ norm, int k0, int k1) {
+    const int k = k0 + threadIdx.x * 8;
+    return XOP == X_RMSNORM && k < k1 ? ldg_stream(norm + k) : make_uint4(0, 0, 0, 0);
+}
+
+// xs[0, k1 - k0) = x[b, k0:k1) after x_op; g_first: norm_first's weights.
 template <int XOP>
 __device__ __forceinline__ void stage_x(bf16* xs, const bf16* __restrict__ x, const bf16* __restrict__ norm,
-                                        int b, int K, int k0, int k1, float eps, float* scratch) {
+                                        int b, int K, int k0, int k1, float eps, float* scratch, uint4 g_first) {
     const float inv = XOP == X_RMSNORM
         ? rsqrtf(block_sum(row_sumsq(x, b, K, threadIdx.x, blockDim.x), scratch) / (float)K + eps) : 1.0f;
-    for (int k = k0 + threadIdx.x * 8; k < k1; k += blockDim.x * 8)
-        *reinterpret_cast<uint4*>(xs + (k - k0)) = load_x8(x, norm, XOP, inv, b, K, k);
+    for (int k = k0 + threadIdx.x * 8; k < k1; k += blockDim.x * 8) {
+        const uint4 v = __ldg(reinterpret_cast<const uint4*>(x + (size_t)b * K + k));
+        const uint4 g = k == k0 + (int)threadIdx.x * 8 ? g_first : __ldg(reinterpret_cast<const uint4*>(norm + k));
+        *reinterpret_cast<uint4*>(xs + (k - k0)) = XOP == X_RMSNORM ? rmsnorm_x8(v, g, inv) : v;
+    }
 }
 
 // One pass per batch row: x[b] staged as xs[k1 - k0] after the PDL wait.
@@ -566,7 +590,7 @@ __device__ __forceinline__ void gemv_body(void* y, const bf16* __restrict__ x, c
             continue;
         }
         __syncthreads();          // xs is free (every warp finished the previous pass)
-        stage_x<XOP>(xs, x, norm, b, K, k0, k1, eps, scratch);
+        stage_x<XOP>(xs, x, norm, b, K, k0, k1, eps, scratch, norm_first<XOP>(norm, k0, k1));
         __syncthreads();
         int slot = 0;
         // One chunk: wait for it, refill the slot the previous chunk used, a += w . x over this lane's 8.
@@ -676,11 +700,22 @@ __device__ __forceinline__ void gemv_unit_body(void* y, const bf16* __restrict__
     st.start(any ? group : units);  // a batch of inactive rows loads nothing
 #pragma unroll
     for (int i = 0; i < PIPE_STAGES - 1; ++i) st.issue();
-    pdl_begin();  // the first ring is in flight before the wait; x is read after it
+    const uint4 g_first = norm_first<XOP>(norm, 0, K);
+    pdl_begin();  // the first ring and the norm weights are in flight before the wait; x is read after it
+    // OUT_RESIDUAL: lane i loads y[r, n] of this warp's unit i (i < 32) now, in flight while x is staged, and the
+    // store adds it from a shuffle instead of waiting on an L2 round trip after each unit's sum (later units load
+    // theirs at the store).
+    float res[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        const int n = group + lane * groups;
+        res[r] = mode == OUT_RESIDUAL && on[r] && n < units
+            ? __bfloat162float(static_cast<const bf16*>(y)[(size_t)r * N + n]) : 0.0f;
+    }
     if (any) {
 #pragma unroll
         for (int r = 0; r < R; ++r)  // an inactive row's xs is not written: its sums are computed, not stored
-            if (on[r]) stage_x<XOP>(xs + r * K, x, norm, r, K, 0, K, eps, scratch);
+            if (on[r]) stage_x<XOP>(xs + r * K, x, norm, r, K, 0, K, eps, scratch, g_first);
         __syncthreads();
         int slot = 0;
         auto chunk = [&](int c, float (&a)[R]) {  // as gemv_body's, for R rows
@@ -690,7 +725,7 @@ __device__ __forceinline__ void gemv_unit_body(void* y, const bf16* __restrict__
             if (kk < K) dot8_rows<R>(a, st.ring + slot * PIPE_CHUNK, xs + kk, K);
             slot = slot == PIPE_STAGES - 1 ? 0 : slot + 1;
         };
-        for (int n = group; n < units; n += groups) {
+        for (int n = group, i = 0; n < units; n += groups, ++i) {
             float acc[R] = {}, acc_u[R] = {};  // the unit's first row; its second (PAIRS)
             for (int c = 0; c < chunks; ++c) chunk(c, acc);
             if (PAIRS) {
@@ -701,7 +736,12 @@ __device__ __forceinline__ void gemv_unit_body(void* y, const bf16* __restrict__
 #pragma unroll
             for (int r = 0; r < R; ++r) {
                 acc[r] = warp_sum(acc[r]);
-                if (lane == 0) store_unit(y, mode, 0, R, N, r, n, acc[r], acc_u[r], on[r]);
+                const float pre = __shfl_sync(0xffffffffu, res[r], i & 31);
+                if (lane == 0 && mode == OUT_RESIDUAL && i < 32) {
+                    if (on[r]) static_cast<bf16*>(y)[(size_t)r * N + n] = __float2bfloat16(pre + acc[r]);
+                } else if (lane == 0) {
+                    store_unit(y, mode, 0, R, N, r, n, acc[r], acc_u[r], on[r]);
+                }
             }
         }
     } else {  // block-uniform: no input read, zeros stored (store_row)
