@@ -531,10 +531,10 @@ struct RowStream {
     }
 };
 
-// X_RMSNORM: this thread's first 8 norm weights of the K range [k0, k1), for stage_x. Loaded before the PDL wait
-// (weights never depend on the kernel before, pdl.cuh), staging x after the wait does not wait on their first
-// read from HBM, which comes after the block's sum of squares. ldg_stream (asm volatile): ptxas moved an __ldg
-// here past the wait (griddepcontrol.wait, nvdisasm: ACQBULK).
+// X_RMSNORM: this thread's first 8 norm weights of the K range [k0, k1), for stage_x, read before the block's sum of
+// squares rather than after it. Written before the PDL wait (weights never depend on the kernel before, pdl.cuh),
+// but ptxas schedules the load after it (nvdisasm: after ACQBULK, among block_sum's shuffles), as __ldg or as
+// ldg_stream's asm volatile: what it gains is the overlap with the sum of squares.
 template <int XOP>
 __device__ __forceinline__ uint4 norm_first(const bf16* __restrict__ norm, int k0, int k1) {
     const int k = k0 + threadIdx.x * 8;
