@@ -8,7 +8,7 @@ import sys
 from importlib import metadata
 
 from .bench.report import format_table
-from .compiler import compile_file, kernel_files, nvrtc_version
+from .compiler import compile_file, kernel_files, nvrtc_version, ptxas_report
 from .context import device, driver_version, gpu_available
 from .errors import NoDriverError
 from .kernel import Module, launchable, parse_signatures
@@ -47,21 +47,22 @@ def cmd_info(args) -> int:
 
 
 def cmd_compile(args) -> int:
-    """Compile every kernel in kernels/ and print a table (with registers/spills/shared where a GPU is)."""
+    """Compile every kernel in kernels/ and print a table with registers, local (spill) bytes and static shared
+    memory: the driver's attributes where a GPU of the arch is, else ptxas' report."""
     gpu = gpu_available()
     arch = args.arch or (device().arch if gpu else "sm_90")
     if not gpu:
-        print(NO_GPU + f" Compiling for {arch}.")
-    columns = ["file", "kernel", "arch", "cubin bytes", "compile ms", "cached"]
+        print(NO_GPU + f" Compiling for {arch}; registers and memory as ptxas reports them.")
+    columns = ["file", "kernel", "arch", "cubin bytes", "compile ms", "cached", "regs", "spill bytes", "static smem"]
     with_attrs = gpu and arch == device().arch
-    if with_attrs:
-        columns += ["regs", "spill bytes", "static smem"]
     rows = []
     for path in kernel_files():
         names = KERNEL_FILES.get(path.stem, ())  # the model's template instantiations
-        prog = compile_file(path, arch=arch, name_expressions=names, use_cache=not args.no_cache)
+        prog = compile_file(path, arch=arch, options=() if with_attrs else ("--ptxas-options=-v",),
+                            name_expressions=names, use_cache=not args.no_cache)
         sigs = parse_signatures(path.read_text())
         module = Module(prog, sigs) if with_attrs else None
+        report = {} if with_attrs else ptxas_report(prog)
         for name in sorted(launchable(sigs, names)):
             row = {"file": path.name, "kernel": name, "arch": arch, "cubin bytes": len(prog.cubin),
                    "compile ms": prog.compile_ms, "cached": prog.cache_hit}
@@ -69,6 +70,10 @@ def cmd_compile(args) -> int:
                 a = module.kernel(name).attributes()
                 row.update({"regs": a["registers"], "spill bytes": a["local_bytes"],
                             "static smem": a["shared_bytes"]})
+            else:
+                r = report.get(name, {})
+                row.update({"regs": r.get("regs"), "spill bytes": r.get("local bytes"),
+                            "static smem": r.get("static smem")})
             rows.append(row)
     print(format_table(rows, columns))
     return 0

@@ -20,7 +20,7 @@ from cuda.bindings import nvrtc
 
 from .errors import CompileError, check
 
-__all__ = ["Program", "compile_source", "compile_file", "resource_usage", "kernel_dir", "kernel_files",
+__all__ = ["Program", "compile_source", "compile_file", "ptxas_report", "resource_usage", "kernel_dir", "kernel_files",
            "default_arch", "nvrtc_version", "cache_dir", "DEFAULT_OPTIONS"]
 
 DEFAULT_OPTIONS = ("-std=c++17", "-default-device", "-lineinfo", "-DNDEBUG")
@@ -168,6 +168,23 @@ def compile_file(path: str | os.PathLike, arch: str | None = None, options: tupl
     return compile_source(path.read_text(), path.name, arch, options, name_expressions, headers, use_cache)
 
 
+def ptxas_report(program: Program) -> dict[str, dict[str, int]]:
+    """``{kernel: {"regs", "local bytes", "static smem"}}`` from the ptxas report in ``program.log`` (compile with
+    ``options=("--ptxas-options=-v",)``; otherwise empty): registers per thread, the stack frame (local memory: spills
+    and local arrays) and static shared bytes, keyed by kernel name or, for a template's instantiation, by its name
+    expression."""
+    expression = {symbol: expr for expr, symbol in program.lowered.items()}
+    report, name = {}, None
+    for line in program.log.splitlines():
+        if m := re.search(r"Function properties for (\w+)", line):
+            name = expression.get(m.group(1), m.group(1))
+        elif name and (m := re.search(r"(\d+) bytes stack frame", line)):
+            report.setdefault(name, {})["local bytes"] = int(m.group(1))
+        elif name and (m := re.search(r"Used (\d+) registers.*?(?:(\d+) bytes smem|$)", line)):
+            report.setdefault(name, {}).update({"regs": int(m.group(1)), "static smem": int(m.group(2) or 0)})
+    return {k: v for k, v in report.items() if "regs" in v}
+
+
 def resource_usage(path: str | os.PathLike, arch: str = "sm_90", options: tuple[str, ...] = (),
                    name_expressions: tuple[str, ...] = ()) -> dict[str, tuple[int, int]]:
     """``{kernel: (registers per thread, static shared bytes)}`` of a ``.cu`` file as ptxas allocates them
@@ -175,11 +192,4 @@ def resource_usage(path: str | os.PathLike, arch: str = "sm_90", options: tuple[
     template's instantiation by its name expression. What occupancy a kernel can have beside another follows
     from these."""
     prog = compile_file(path, arch, (*options, "--ptxas-options=-v"), name_expressions)
-    expression = {symbol: expr for expr, symbol in prog.lowered.items()}
-    usage, name = {}, None
-    for line in prog.log.splitlines():
-        if m := re.search(r"Function properties for (\w+)", line):
-            name = expression.get(m.group(1), m.group(1))
-        elif name and (m := re.search(r"Used (\d+) registers.*?(?:(\d+) bytes smem|$)", line)):
-            usage[name] = (int(m.group(1)), int(m.group(2) or 0))
-    return usage
+    return {k: (v["regs"], v["static smem"]) for k, v in ptxas_report(prog).items()}
