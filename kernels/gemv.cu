@@ -646,6 +646,7 @@ __device__ __forceinline__ void gemv_body(void* y, const bf16* __restrict__ x, c
 // the same bytes. Decode step, graph, B = 1 (H200, session 15, three rounds in one call, with the plans' one warp
 // per unit): 1b 645.2 / 643.3 / 644.5 -> 622.1 / 621.7 / 622.3 us, small 213.2 / 212.4 / 212.6 -> 204.2 / 204.5 /
 // 204.5 us. Not by instruction count: its row loop is 150-165 SASS per 2 chunks against the general body's 137-141.
+// At B = 1 it keeps all PIPE_STAGES chunks of its ring in flight (gemv_body: PIPE_STAGES - 1; see AHEAD below).
 // What it gains by is not isolated (the barrier before staging, the rounds, the chunk index are all gone at once).
 template <bool PAIRS>
 struct UnitStream {
@@ -698,8 +699,14 @@ __device__ __forceinline__ void gemv_unit_body(void* y, const bf16* __restrict__
     UnitStream<PAIRS> st{rings + warp * PIPE_STAGES * PIPE_CHUNK + lane * 8, w, K, units, groups,
                          PAIRS ? 2 * chunks : chunks, chunks, (size_t)units * K};  // the rest zero (slot 0)
     st.start(any ? group : units);  // a batch of inactive rows loads nothing
+    // R = 1: the whole ring in flight before the wait, each slot refilled after its dot; R > 1: PIPE_STAGES - 1, the
+    // next chunk issued before the dot, as gemv_body. H200, decode step at context 512, A/B, three rounds (session
+    // 17): 1b B = 1 602.9 -> 596.0 us (its units are 8 or more chunks: the first is wholly in flight before the
+    // wait), small B = 1 195.8 -> 196.8 (3-chunk units: all in flight either way); at R = 2 it lost on both (1b
+    // 744.1 -> 750.4, small 270.7 -> 272.3).
+    constexpr int AHEAD = R == 1 ? PIPE_STAGES : PIPE_STAGES - 1;
 #pragma unroll
-    for (int i = 0; i < PIPE_STAGES - 1; ++i) st.issue();
+    for (int i = 0; i < AHEAD; ++i) st.issue();
     const uint4 g_first = norm_first<XOP>(norm, 0, K);
     pdl_begin();  // the first ring and the norm weights are in flight before the wait; x is read after it
     // OUT_RESIDUAL: lane i loads y[r, n] of this warp's unit i (i < 32) now, in flight while x is staged, and the
@@ -718,11 +725,15 @@ __device__ __forceinline__ void gemv_unit_body(void* y, const bf16* __restrict__
             if (on[r]) stage_x<XOP>(xs + r * K, x, norm, r, K, 0, K, eps, scratch, g_first);
         __syncthreads();
         int slot = 0;
-        auto chunk = [&](int c, float (&a)[R]) {  // as gemv_body's, for R rows
-            cp_async_wait<PIPE_STAGES - 2>();
-            st.issue();
+        // One chunk: wait for it and a += w . x over this lane's 8 (R rows); the refill (AHEAD chunks on) goes into
+        // the slot the previous chunk used, or with the whole ring in flight into this chunk's own slot after its
+        // dot (each lane reads and refills only its own 16 bytes of a slot, so no barrier either way).
+        auto chunk = [&](int c, float (&a)[R]) {
+            cp_async_wait<AHEAD - 1>();
+            if (AHEAD < PIPE_STAGES) st.issue();
             const int kk = c * PIPE_CHUNK + lane * 8;
             if (kk < K) dot8_rows<R>(a, st.ring + slot * PIPE_CHUNK, xs + kk, K);
+            if (AHEAD == PIPE_STAGES) st.issue();
             slot = slot == PIPE_STAGES - 1 ? 0 : slot + 1;
         };
         for (int n = group, i = 0; n < units; n += groups, ++i) {

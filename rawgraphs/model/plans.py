@@ -5,8 +5,8 @@
 
 - ``B == 1``: ``gemv``, one wave of 8-warp blocks, at most 3 per SM (``SMS * 24`` warps; its 64 registers would
   fit 4, and unused shared memory keeps a fourth off); groups of ``parts`` warps own whole weight rows and
-  stream them through per-warp cp.async rings (7 x 512 bytes in flight per warp, the first ring issued before
-  the PDL wait).
+  stream them through per-warp cp.async rings (7 x 512 bytes in flight per warp, 8 in the unit stream, the first
+  ring issued before the PDL wait).
 - ``B = 2``, and ``B = 3`` for ``K >= 2048``, where the ``B = 1`` plan is gemv's unit stream (one warp per row, one
   K range) and the B x rows fit beside the rings (``rows_fit``): ``gemv_rows``, the same grid streaming each
   weight chunk once for all B rows (``dot8_rows``). H200, decode step at context 512, against ``gemv_mma``: 1b
