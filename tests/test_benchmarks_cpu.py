@@ -142,3 +142,18 @@ def test_compare_torch_compile_child_failure_comes_back_as_a_message():
     child = compare_torch.compile_in_child("tiny", 1, 1, 0)
     assert set(child) == {"message"} and child["message"].startswith("torch.compile child failed (exit 1)")
     assert "Error" in child["message"]  # the child's last lines name why (no torch here, or no GPU)
+
+
+def test_sass_same_as_ignores_label_numbering_only():
+    """sass_count.py --same-as compares kernels with branch labels and internal call targets renumbered in order of
+    first use (what differs between two compiles of the same code in different modules), and nothing else."""
+    sys.path.insert(0, str(BENCH / "diagnostics"))
+    from sass_count import normalized
+
+    a = ["@!P0 BRA `(.L_x_7)", "CALL.REL.NOINC `($__internal_3_$__cuda_sm3x_div_rn_noftz_f32_slowpath)",
+         "BRA `(.L_x_9)"]
+    b = ["@!P0 BRA `(.L_x_2713)", "CALL.REL.NOINC `($__internal_18_$__cuda_sm3x_div_rn_noftz_f32_slowpath)",
+         "BRA `(.L_x_2714)"]
+    assert normalized(a) == normalized(b)
+    assert normalized(a) != normalized([*b[:2], "BRA `(.L_x_2713)"])  # a different target is a different program
+    assert normalized(["IADD3 R9, R9, 0x1, RZ"]) != normalized(["VIADD R9, R9, 0x1"])

@@ -7,8 +7,12 @@ the SM's issue peak (benchmarks/NOTES.md): a count says what an edit changed, no
 and after a kernel edit; no GPU is needed.
 
 Run from the repository root: ``python3 benchmarks/diagnostics/sass_count.py [file ...] [--arch sm_90]
-[--kernel NAME] [--opcodes N] [--kernels-dir DIR]`` (default: every kernels/*.cu; ``--kernel`` prints that
-kernel's disassembly instead). nvdisasm comes with the CUDA toolkit, or ``pip install nvidia-cuda-nvdisasm``.
+[--kernel NAME] [--opcodes N] [--kernels-dir DIR] [--same-as DIR]`` (default: every kernels/*.cu; ``--kernel``
+prints that kernel's disassembly instead; ``--same-as`` says, per kernel, whether its SASS equals that of the same
+kernel in another tree's kernels/, e.g. ``git archive HEAD kernels | tar x -C /tmp/head`` and ``--same-as
+/tmp/head/kernels``: how sessions 16-17 showed an edit left a kernel's code as it was). The model's template
+instantiations (``attention<128,1,true>``) are compiled in and named by their expression. nvdisasm comes with the
+CUDA toolkit, or ``pip install nvidia-cuda-nvdisasm``.
 """
 
 import argparse
@@ -22,6 +26,8 @@ import tempfile
 from pathlib import Path
 
 from rawgraphs.compiler import compile_file, kernel_dir
+from rawgraphs.errors import CompileError
+from rawgraphs.model.decode import KERNEL_FILES
 
 
 def nvdisasm() -> str:
@@ -58,6 +64,38 @@ def opcode(instruction: str) -> str:
     return re.sub(r"^@!?U?P\w+\s+", "", instruction).split()[0].split(".")[0]
 
 
+def normalized(instructions: list[str]) -> list[str]:
+    """Branch labels (``.L_x_N``) and internal call targets (``__internal_N``) renumbered in order of first use: two
+    compiles of the same code differ in those numbers alone when the module around it holds other functions."""
+    ids: dict[str, int] = {}
+    return [re.sub(r"\.L_x_\d+|__internal_\d+", lambda m: f"L{ids.setdefault(m.group(0), len(ids))}", i)
+            for i in instructions]
+
+
+def kernels_of(path: Path, arch: str) -> dict[str, list[str]]:
+    """Each kernel's instructions, normalized; the model's template instantiations by name expression (a tree whose
+    file has no such template is compiled without them)."""
+    names = KERNEL_FILES.get(path.stem, ())
+    try:
+        prog = compile_file(path, arch=arch, name_expressions=names, use_cache=False)
+    except CompileError:
+        prog = compile_file(path, arch=arch, use_cache=False)
+    expression = {symbol: expr for expr, symbol in prog.lowered.items()}
+    return {expression.get(k, k): normalized(v) for k, v in by_kernel(disassemble(prog.cubin)).items()}
+
+
+def same_as(files: list[Path], other: Path, arch: str) -> None:
+    """Per kernel: ``same``, ``DIFF`` (with both instruction counts) or present in one tree only."""
+    for path in files:
+        theirs = other / path.name
+        here, there = kernels_of(path, arch), kernels_of(theirs, arch) if theirs.exists() else {}
+        for name in sorted(here.keys() | there.keys()):
+            a, b = here.get(name), there.get(name)
+            verdict = ("same" if a == b else f"DIFF {len(a)} vs {len(b)}") if a and b else \
+                ("only here" if a else "only there")
+            print(f"{path.stem:12s} {name:28s} {verdict}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("files", nargs="*", help="kernel files (default: every kernels/*.cu)")
@@ -65,9 +103,13 @@ def main() -> None:
     ap.add_argument("--kernels-dir", type=Path, default=None, help="another tree's kernels/ (A/B against this one)")
     ap.add_argument("--kernel", help="print this kernel's disassembly")
     ap.add_argument("--opcodes", type=int, default=6, help="most frequent opcodes to list per kernel")
+    ap.add_argument("--same-as", type=Path, help="another tree's kernels/: is each kernel's SASS the same?")
     args = ap.parse_args()
     folder = args.kernels_dir or kernel_dir()
     files = [folder / (f if f.endswith(".cu") else f + ".cu") for f in args.files] or sorted(folder.glob("*.cu"))
+    if args.same_as:
+        same_as(files, args.same_as, args.arch)
+        return
     for path in files:
         cubin = compile_file(path, arch=args.arch, use_cache=False).cubin
         for name, instructions in by_kernel(disassemble(cubin)).items():
