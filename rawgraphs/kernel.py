@@ -26,7 +26,8 @@ from .context import Stream, device
 from .errors import ClosedError, check
 from .memory import DeviceView, _Array, as_view
 
-__all__ = ["Param", "Signature", "LaunchShape", "KernelArgs", "Kernel", "Module", "launchable", "parse_signatures"]
+__all__ = ["Param", "Signature", "LaunchShape", "KernelArgs", "Kernel", "Module", "launchable", "parse_signatures",
+           "resolve"]
 
 # C parameter type -> (our type name, struct format). Pointers of any pointee are "ptr".
 _C_TYPES = {
@@ -105,16 +106,30 @@ def parse_signatures(source: str) -> dict[str, Signature]:
     return sigs
 
 
+def resolve(signatures: dict[str, Signature], compiled, name: str) -> Signature:
+    """The signature of kernel ``name`` in a module of ``signatures`` compiled with the name expressions
+    ``compiled``: a plain kernel by its name, a template instantiation by a name expression compiled in
+    (``"attention<128,1,true>"``, the template's parameters). Raises KeyError naming what is wrong and what exists."""
+    base = name.split("<")[0].strip()
+    sig = signatures.get(base)
+    if sig is None:
+        raise KeyError(f"no kernel {name!r}; the source has {sorted(signatures)}")
+    if not sig.template:
+        if name != base:
+            raise KeyError(f"{name!r}: {base} is not a template kernel; launch it as {base!r}")
+        return sig
+    if name not in compiled:
+        instances = sorted(e for e in compiled if e.split("<")[0].strip() == base)
+        raise KeyError(f"{name!r}: {base} is a template kernel; launch an instantiation compiled in by name "
+                       f"expression ({instances or 'none: pass name_expressions= to compile one'})")
+    return Signature(name, sig.params)
+
+
 def launchable(signatures: dict[str, Signature], name_expressions=()) -> dict[str, Signature]:
-    """What a module of these kernels can launch, by name: each plain kernel, and each name expression of a
-    template instantiation (``"attention<128,1,true>"``) with its template's parameters; not a bare template."""
+    """What a module of these kernels compiled with ``name_expressions`` can launch, by name: each plain kernel
+    and each template instantiation (:func:`resolve`); not a bare template."""
     out = {n: s for n, s in signatures.items() if not s.template}
-    for expr in name_expressions:
-        base = expr.split("<")[0].strip()
-        if base not in signatures or not signatures[base].template:
-            raise KeyError(f"name expression {expr!r}: no template kernel {base!r} (templates: "
-                           f"{sorted(n for n, s in signatures.items() if s.template)})")
-        out[expr] = Signature(expr, signatures[base].params)
+    out.update({e: resolve(signatures, name_expressions, e) for e in name_expressions})
     return out
 
 
@@ -431,6 +446,7 @@ class Module:
     def __init__(self, program: Program, signatures: dict[str, Signature]):
         device()
         self.program, self.signatures = program, signatures
+        self._launchable = launchable(signatures, program.lowered)  # name -> signature, what kernel() serves
         self.handle = check(driver.cuModuleLoadData(program.cubin), f"cuModuleLoadData({program.name})")
         self._finalizer = weakref.finalize(self, _unload, self.handle)
         self._kernels: dict[str, Kernel] = {}
@@ -456,7 +472,7 @@ class Module:
     @property
     def names(self) -> tuple[str, ...]:
         """Every kernel :meth:`kernel` can return: plain kernels and the template instantiations compiled in."""
-        return tuple(launchable(self.signatures, self.program.lowered))
+        return tuple(self._launchable)
 
     def kernel(self, name: str, expect: str | None = None) -> Kernel:
         """The kernel ``name``: a plain kernel, or a template instantiation by the name expression it was
@@ -468,17 +484,8 @@ class Module:
             raise ClosedError(f"module {self.program.name} was closed")
         k = self._kernels.get(name)
         if k is None:
-            base = name.split("<")[0].strip()
-            if base not in self.signatures:
-                raise KeyError(f"no kernel {name!r} in {self.program.name}; it has {sorted(self.signatures)}")
-            if not self.signatures[base].template and name != base:
-                raise KeyError(f"{name!r}: {base} is not a template kernel; launch it as {base!r}")
-            if self.signatures[base].template and name not in self.program.lowered:
-                compiled = sorted(e for e in self.program.lowered if e.split("<")[0].strip() == base)
-                raise KeyError(f"{name!r}: {base} is a template kernel; launch an instantiation compiled in by name "
-                               f"expression ({compiled or 'none: pass name_expressions= to compile one'})")
-            sig = launchable(self.signatures, [name] if name != base else [])[name]
-            k = self._kernels[name] = Kernel(self, name, self.program.lowered.get(name, base), sig)
+            sig = self._launchable.get(name) or resolve(self.signatures, self.program.lowered, name)  # raises
+            k = self._kernels[name] = Kernel(self, name, self.program.lowered.get(name, name), sig)
         if expect is not None:
             want = Signature.parse(expect).params
             if want != k.signature.params:

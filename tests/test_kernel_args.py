@@ -170,3 +170,30 @@ def test_cluster_value_fills_both_attribute_value_types():
     for value in (driver.CUlaunchAttributeValue(), driver.CUkernelNodeAttrValue()):
         got = cluster_value((2, 1, 4), value)
         assert got is value and (got.clusterDim.x, got.clusterDim.y, got.clusterDim.z) == (2, 1, 4)
+
+
+def test_resolve_names_plain_kernels_and_compiled_template_instantiations():
+    """Module.kernel's lookup without a GPU: a plain kernel by name; a template only by a name expression compiled
+    in, with its template's parameters; a bare template, one not compiled in, a plain kernel spelled as a template
+    and an unknown name are refused by name (KeyError saying what exists)."""
+    from rawgraphs.kernel import launchable, resolve
+    src = """
+    template <int N, bool F> __global__ void __launch_bounds__(128) t(float* y, int n) {}
+    extern "C" __global__ void plain(float* y, float a) {}
+    """
+    sigs = parse_signatures(src)
+    compiled = ("t<4,true>",)
+    assert resolve(sigs, compiled, "plain") is sigs["plain"]
+    inst = resolve(sigs, compiled, "t<4,true>")
+    assert inst.name == "t<4,true>" and inst.params == sigs["t"].params and not inst.template
+    assert set(launchable(sigs, compiled)) == {"plain", "t<4,true>"}
+    with pytest.raises(KeyError, match=r"t is a template kernel.*t<4,true>"):
+        resolve(sigs, compiled, "t")
+    with pytest.raises(KeyError, match=r"'t<8,true>': t is a template kernel"):
+        resolve(sigs, compiled, "t<8,true>")
+    with pytest.raises(KeyError, match="none: pass name_expressions="):
+        resolve(sigs, (), "t<4,true>")
+    with pytest.raises(KeyError, match="plain is not a template kernel"):
+        resolve(sigs, compiled, "plain<1>")
+    with pytest.raises(KeyError, match=r"no kernel 'other'.*\['plain', 't'\]"):
+        resolve(sigs, compiled, "other")
