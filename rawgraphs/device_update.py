@@ -81,9 +81,10 @@ class DeviceArgUpdater:
 
     def __init__(self, exe, nodes, stream: Stream):
         self._exe = exe
-        self._recs = exe._recs_of_one_signature(nodes, "DeviceArgUpdater")
-        if not self._recs:
+        self._batch = exe._batch(nodes, "DeviceArgUpdater")
+        if self._batch is None:
             raise ValueError("DeviceArgUpdater needs at least one kernel node")
+        self._recs = self._batch.recs
         for rec in self._recs:
             if not rec.node.device_handle:
                 raise ValueError(f"{rec.node.name!r} is not device-updatable: call Graph.make_device_updatable"
@@ -107,7 +108,7 @@ class DeviceArgUpdater:
             raise ClosedError("this DeviceArgUpdater was closed")
         exe = self._exe
         exe._live()
-        packed = self._recs[0].args.pack(**named)
+        packed = self._batch.pack(**named)
         if not packed:
             return 0
         if exe.host_updates != self._uploaded_at:
@@ -125,8 +126,7 @@ class DeviceArgUpdater:
             col["value"] = slot.values_dev + 8 * j
             col["offset"] = start
             col["size"] = end - start
-        for rec in self._recs:  # the executable's blocks hold the new values (and pin what they point at)
-            rec.args.apply(packed)
+        self._batch.write(packed)  # the executable's blocks hold the new values (and pin what they point at)
         slot.args.set(count=n * f)
         self._kernel.launch(_apply_shape(n * f), slot.args, stream)
         slot.done.record(stream)

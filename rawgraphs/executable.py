@@ -6,8 +6,9 @@ hands the node to ``cuGraphExecKernelNodeSetParams`` with a ``CUDA_KERNEL_NODE_P
 (its ``kernelParams`` point into the block, so rewriting the block is all an update needs). The call goes through
 cuda.bindings: calling libcuda through ctypes with prebuilt ``c_void_p`` arguments is slower. Same host, same
 350 nodes, interleaved (H200, session 10): the bindings call 0.80 us per node, ctypes 0.98 (0.88 with the GIL
-held, ``PyDLL``); with the block write, 1.08 / 1.25 / 1.13 us. The rest of ``set_args_many`` is Python: the
-block write (0.18 us per node) and resolving the nodes.
+held, ``PyDLL``); with the block write, 1.08 / 1.25 / 1.13 us. The blocks live in argument tables
+(:mod:`rawgraphs.arg_table`): ``set_args_many`` resolves a node list once, writes all its rows with one array
+write, and its per-node Python is the driver call alone.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass, replace
 
 from cuda.bindings import driver
 
+from .arg_table import ArgTable, Batch, tables_for
 from .capture_state import release
 from .context import Stream
 from .errors import ClosedError, GraphUpdateError, check, error_from
@@ -46,6 +48,7 @@ class _Libcuda:
 
 _lib: _Libcuda | None = None
 _set_params = driver.cuGraphExecKernelNodeSetParams  # the update hot path, looked up once
+_BATCHES_KEPT = 64  # node lists whose resolution an executable keeps for set_args_many
 
 
 def _libcuda() -> _Libcuda:
@@ -61,8 +64,10 @@ class _ExecKernel:
 
     node: Node          # the graph's node (its handle identifies the node to the driver)
     shape: LaunchShape
-    args: KernelArgs    # this executable's block; params.kernelParams points at it
+    args: KernelArgs    # this executable's block (a row of table); params.kernelParams points at it
     params: driver.CUDA_KERNEL_NODE_PARAMS
+    table: ArgTable
+    row: int
 
 
 def _destroy_exec(handle) -> None:
@@ -106,18 +111,21 @@ class GraphExec:
         self._finalizer = weakref.finalize(self, _destroy_exec, self.handle)
         self.graph = graph  # pins the graph: its node handles name our nodes to the driver
         graph._execs.add(self)
-        self._kernels: dict[int, _ExecKernel] = {}
         self.host_updates = 0  # calls that pushed node parameters from the host (DeviceArgUpdater re-uploads)
-        for node in graph.nodes:
-            if node.kind == "kernel":
-                self._kernels[node.key] = self._exec_record(node, node)
+        kernels = [n for n in graph.nodes if n.kind == "kernel"]
+        self._set_records(zip(kernels, kernels))
 
-    @staticmethod
-    def _exec_record(node: Node, source: Node) -> _ExecKernel:
-        """The record for ``node`` taking kernel, shape and a copy of the arguments from ``source``."""
-        shape, args = source.shape, source.args.copy()
-        params = kernel_node_params(source.kernel, shape, args)
-        return _ExecKernel(node, shape, args, params)
+    def _set_records(self, pairs) -> None:
+        """Records of the kernel nodes of ``pairs`` ``(node, source)``: each takes kernel, shape and a copy of the
+        arguments from ``source``, the copies kept in argument tables (one per parameter list)."""
+        pairs = list(pairs)
+        tables, rows = tables_for([src.args for _, src in pairs])
+        self._kernels: dict[int, _ExecKernel] = {}
+        for (node, src), table, row in zip(pairs, tables, rows, strict=True):
+            args = table.adopt(src.args, row)
+            params = kernel_node_params(src.kernel, src.shape, args)
+            self._kernels[node.key] = _ExecKernel(node, src.shape, args, params, table, row)
+        self._batches: dict[tuple, Batch] = {}  # set_args_many's resolved node lists
 
     def _live(self) -> driver.CUgraphExec:
         if not self._finalizer.alive:
@@ -161,18 +169,29 @@ class GraphExec:
         """Give the same named values to many kernel nodes (all of one kernel signature): values are checked
         and packed once, then written into each node's block. Returns the number of nodes updated."""
         self._live()
-        recs = self._recs_of_one_signature(nodes, "set_args_many")
-        if not recs:
+        batch = self._batch(nodes, "set_args_many")
+        if batch is None:
             return 0
-        packed = recs[0].args.pack(**named)
-        h = self.handle
+        packed = batch.pack(**named)
         self.host_updates += 1
-        for rec in recs:  # the hot loop: per node, one block write and one driver call
-            rec.args.apply(packed)
-            err, = _set_params(h, rec.node.handle, rec.params)
-            if err:
-                raise error_from(err, f"cuGraphExecKernelNodeSetParams({rec.node.name})")
-        return len(recs)
+        return batch.push(self.handle, packed, _set_params)
+
+    def _batch(self, nodes, caller: str) -> Batch | None:
+        """The :class:`Batch` of ``nodes`` (nodes or names of one signature; None if empty), resolved once and
+        kept while the records last: a repeated update of the same nodes skips resolving them."""
+        key = tuple(nodes)
+        try:
+            batch = self._batches.get(key)
+        except TypeError:
+            raise TypeError(f"{caller} takes kernel nodes or node names") from None
+        if batch is None:
+            recs = self._recs_of_one_signature(key, caller)
+            if not recs:
+                return None
+            if len(self._batches) >= _BATCHES_KEPT:
+                self._batches.clear()
+            batch = self._batches[key] = Batch(recs)
+        return batch
 
     def _recs_of(self, nodes) -> list[_ExecKernel]:
         """The records of ``nodes`` (nodes or names), checked to be this executable's kernel nodes."""
@@ -266,8 +285,8 @@ class GraphExec:
             reason = driver.CUgraphExecUpdateResult(info.result).name.removeprefix("CU_GRAPH_EXEC_UPDATE_ERROR_")
             bad = graph._by_key.get(info.errorNode or 0) or self.graph._by_key.get(info.errorNode or 0)
             raise GraphUpdateError(reason, bad.name if bad else (hex(info.errorNode) if info.errorNode else None))
-        for a, b in zip(old, new):  # the driver paired nodes by topology; our records pair in the same order
-            self._kernels[a.key] = self._exec_record(a, b)  # the copied blocks pin what they point at
+        # the driver paired nodes by topology; our records pair in the same order (the copies pin what they point at)
+        self._set_records(zip(old, new))
 
     def describe(self) -> list[dict]:
         """The executable's kernel nodes with their current launch shapes and argument values."""

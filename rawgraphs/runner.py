@@ -1,7 +1,7 @@
 """``DecodeRunner``: one graph per capture size, padding, shared buffers, loud fallbacks (seed exercises B-D).
 
 What serving engines do around their graphs, in the open. Every captured size launches into the *same* static
-buffers of one :class:`~rawgraphs.model.decode.DecodeModel` (they never run concurrently), so capturing 13 sizes
+buffers of one :class:`~rawgraphs.model.decode.DecodeModel` (they never run concurrently), so capturing 14 sizes
 costs little more device memory than the largest alone. A batch of ``B`` rows runs on the smallest captured
 size ``>= B``; the padding rows are marked inactive in data (position -1) so attention and the projections
 skip them. Nothing falls back to eager silently: by default a batch with no graph raises, and the opt-in
@@ -26,7 +26,9 @@ from .model.decode import DecodeModel
 
 __all__ = ["DEFAULT_CAPTURE_SIZES", "DecodeRunner", "CaptureReport", "NoGraphError", "pick_size", "pad_inputs"]
 
-DEFAULT_CAPTURE_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+# 3 has a plan of its own (the projections' gemv_rows where the model is wide enough): 1b's step at 3 rows took
+# 1050 us against 1145 padded to 4 (H200, session 17); 5-7 run gemv_mma's 8-row tile like 8 does.
+DEFAULT_CAPTURE_SIZES = (1, 2, 3, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 FALLBACKS = ("raise", "eager")
 
 
