@@ -12,7 +12,8 @@
 //     on EOS done[b] = 1 and positions[b] = -1 (inactive from now on), else positions[b] += 1; then step += 1 and
 //     condition = step < max_steps && some row is active and not done.
 //   grid = (1,), block = (B rounded up to a multiple of 32, <= 1024); may be launched with PDL right after the
-//   step's last kernel (it waits for it before reading anything; rawgraphs/model/loop.py does).
+//   step's last kernel (it reads the loop's own state before the wait, next after it; rawgraphs/model/loop.py
+//   launches it so).
 //   handle u64; next [B] int32; tokens [B] int32 (next step's input, written); positions [B] int32 (advanced);
 //   done [B] int32 (0/1); out [max_steps, B] int32; step [1] int32; max_steps, B, eos int32.
 // loop_begin: the decode loop's inputs and state, straight from pinned host memory (h_*: mapped, read over the
@@ -49,11 +50,17 @@ extern "C" __global__ void decode_loop_tail(cudaGraphConditionalHandle handle, c
                                             int max_steps, int B, int eos) {
     __shared__ int any_live;
     const int b = threadIdx.x;
-    pdl_wait();           // next (and every row's state) is the step's to write until its last kernel is done
+    // The loop's state (step, positions, done) is read before the wait: only this kernel writes it (the step's
+    // kernels read positions, none writes them), and its previous launch ended with the previous iteration.
+    // `next` is the step's output: read after the wait, the one L2 round trip left between argmax and the
+    // conditional (it was three: step, then the row's state, then next).
     const int s = *step;  // every thread reads before thread 0 writes it back (barrier below)
+    const int pos = b < B ? positions[b] : -1;
+    const bool live = pos >= 0 && !done[b];
     if (b == 0) any_live = 0;
+    pdl_wait();  // next is the step's to write until its last kernel is done
     __syncthreads();
-    if (b < B && positions[b] >= 0 && !done[b]) {
+    if (live) {
         const int t = next[b];
         out[(size_t)s * B + b] = t;
         tokens[b] = t;
@@ -61,7 +68,7 @@ extern "C" __global__ void decode_loop_tail(cudaGraphConditionalHandle handle, c
             done[b] = 1;
             positions[b] = -1;  // finished rows become inactive: later steps skip their attention
         } else {
-            positions[b] += 1;
+            positions[b] = pos + 1;
             any_live = 1;  // benign race: every writer stores 1
         }
     }

@@ -20,12 +20,12 @@ from dataclasses import dataclass, replace
 
 from cuda.bindings import driver
 
-from .arg_table import ArgTable, Batch, tables_for
+from .arg_table import ArgTable, Batch, retarget, tables_for
 from .capture_state import release
 from .context import Stream
 from .errors import ClosedError, GraphUpdateError, check, error_from
 from .graph import Graph, Node, _show, kernel_node_params
-from .kernel import KernelArgs, LaunchShape
+from .kernel import KernelArgs, LaunchShape, convert_arg
 from .memory import as_view
 
 __all__ = ["GraphExec"]
@@ -124,7 +124,8 @@ class GraphExec:
         for (node, src), table, row in zip(pairs, tables, rows, strict=True):
             args = table.adopt(src.args, row)
             params = kernel_node_params(src.kernel, src.shape, args)
-            self._kernels[node.key] = _ExecKernel(node, src.shape, args, params, table, row)
+            self._kernels[node.key] = table.recs[row] = _ExecKernel(node, src.shape, args, params, table, row)
+        self._tables = list({id(t): t for t in tables}.values())
         self._batches: dict[tuple, Batch] = {}  # set_args_many's resolved node lists
 
     def _live(self) -> driver.CUgraphExec:
@@ -243,16 +244,15 @@ class GraphExec:
         values: buffers, arrays or addresses). Swaps a whole weight set or KV pool in place; returns the number
         of kernel nodes changed."""
         self._live()
-        where = {k if isinstance(k, int) else as_view(k).ptr: v for k, v in mapping.items()}
-        changed = 0
-        for rec in self._kernels.values():
-            new = {p.name: where[rec.args.raw(p.name)] for p in rec.args.signature.params
-                   if p.type == "ptr" and rec.args.raw(p.name) in where}
-            if new:
-                rec.args.set(**new)
-                self._push(rec)
-                changed += 1
-        return changed
+        new = {}  # old address -> (new address, value, the object it pins): converted once, not per node
+        for k, v in mapping.items():
+            old = k if isinstance(k, int) else as_view(k).ptr
+            raw, ref = convert_arg("retarget", f"new pointer for {old:#x}", "ptr", v)
+            new[old] = (raw, v, ref)
+        if not new:
+            return 0
+        self.host_updates += 1
+        return retarget(self._tables, new, self.handle, _set_params)
 
     def set_enabled(self, node: Node | str, enabled: bool) -> None:
         """Enable or disable a kernel, memset or memcpy node for later launches."""

@@ -230,7 +230,7 @@ class KernelArgs:
             except KeyError:
                 raise TypeError(f"{self.signature.name or 'kernel'}() has no argument {name!r}; "
                                 f"its arguments are {', '.join(self.signature.names)}") from None
-            raw, ref = _convert(self.signature.name, name, typ, value)
+            raw, ref = convert_arg(self.signature.name, name, typ, value)
             data = struct.pack(fmt, raw)
             packed.append((name, off, off + len(data), data, value, ref))
         return tuple(packed)
@@ -267,6 +267,11 @@ class KernelArgs:
     def block_size(signature: Signature) -> int:
         """Bytes of the packed block of ``signature``."""
         return _layout_of(signature)[0]
+
+    @staticmethod
+    def offset_in(signature: Signature, name: str) -> int:
+        """Byte offset of field ``name`` in the packed block of ``signature``."""
+        return _layout_of(signature)[2][name][2]
 
     def copy(self, block: np.ndarray | None = None, values=None, refs=None) -> KernelArgs:
         """An independent block with the same values (each graph node owns its own). The bytes are copied as
@@ -323,7 +328,7 @@ def _bind(sig: Signature, args: tuple, kwargs: dict) -> dict:
     return bound
 
 
-def _convert(kernel: str, name: str, typ: str, value):
+def convert_arg(kernel: str, name: str, typ: str, value):
     """(raw value to pack, object to keep alive) or a TypeError/ValueError naming the argument."""
     where = f"{kernel}() argument {name!r} ({typ})"
     if typ == "ptr":

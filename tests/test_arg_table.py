@@ -79,14 +79,14 @@ def test_tables_group_by_parameter_list_and_rows_keep_order():
     tables, rows = tables_for([n.args for n in nodes])
     assert tables[0] is tables[2] is tables[3] and tables[1] is tables[4] and tables[0] is not tables[1]
     assert rows == [0, 0, 1, 2, 1]
-    assert tables[0].blocks.shape == (3, KernelArgs.block_size(SIGS["axpb"]))
+    assert tables[0].size == KernelArgs.block_size(SIGS["axpb"]) == 28 and tables[0].blocks.shape == (3, 32)
 
 
 def test_adopted_block_lives_in_its_row_and_is_independent(exe_of):
     nodes = make_nodes(["axpb", "scale", "axpb"])
     exe, _ = exe_of(nodes)
     rec = exe._rec(nodes[2])
-    assert bytes(rec.table.blocks[rec.row]) == bytes(nodes[2].args._buf)
+    assert bytes(rec.table.blocks[rec.row, :rec.table.size]) == bytes(nodes[2].args._buf)
     assert rec.args.address != nodes[2].args.address and rec.params.kernelParams == rec.args.address
     exe.set_args(nodes[2], b=0.5)
     assert struct.unpack_from("<f", rec.table.blocks[rec.row], rec.args.offset("b"))[0] == 0.5
@@ -156,3 +156,36 @@ def test_update_rebuilds_the_tables_and_forgets_cached_batches(exe_of):
     source = make_nodes(["axpb"] * 3)
     exe._set_records(zip(nodes, source))  # what update does once the driver took the new graph
     assert not exe._batches and [fields(exe, n) for n in nodes] == [s.args.values() for s in source]
+
+
+def test_retarget_moves_every_matching_pointer_once_and_each_node_once(exe_of):
+    nodes = make_nodes(["axpb", "scale", "axpb2", "axpb"])
+    exe, rec = exe_of(nodes)
+    a, b = fields(exe, nodes[0])["out"], fields(exe, nodes[1])["out"]
+    exe.set_args(nodes[0], x=b)  # node 0: out = a, x = b (two fields to move, one driver call)
+    exe.set_args(nodes[3], x=a)
+    rec.calls.clear()
+    before = {n.name: fields(exe, n) for n in nodes}
+    assert exe.retarget({a: b, b: a}) == 3  # a swap: each field moves once
+    swap = {a: b, b: a}
+    for n in nodes:
+        want = {k: swap.get(v, v) if k in ("out", "x") else v for k, v in before[n.name].items()}
+        assert fields(exe, n) == want and exe.args_of(n)["out"] == want["out"]
+    assert sorted(key for key, _ in rec.calls) == sorted(nodes[i].key for i in (0, 1, 3))
+
+
+def test_retarget_refused_node_and_later_ones_keep_their_pointers(exe_of):
+    nodes = make_nodes(["axpb"] * 4)
+    exe, rec = exe_of(nodes)
+    target = 0x5000
+    for n in nodes:
+        exe.set_args(n, x=target)
+    rec.calls.clear()
+    rec.fail = 2
+    with pytest.raises(CudaError, match=r"axpb2\) in retarget: the 2 node\(s\) before it were retargeted, it and "
+                                        r"the 1 after it were not"):
+        exe.retarget({target: 0x9000})
+    assert [fields(exe, n)["x"] for n in nodes] == [0x9000, 0x9000, target, target]
+    assert [exe.args_of(n)["x"] for n in nodes] == [0x9000, 0x9000, target, target]
+    with pytest.raises(TypeError, match="needs a device pointer"):
+        exe.retarget({target: "not a pointer"})
