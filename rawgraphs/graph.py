@@ -138,10 +138,12 @@ class Graph:
                    name: str | None = None) -> Node:
         """A kernel node. ``args`` is copied: the node owns its block, so later updates touch only this node."""
         deps = self._deps(deps)
-        args = kernel.args(**args) if isinstance(args, dict) else args
-        if args.signature is not kernel.signature:
+        if isinstance(args, dict):
+            args = kernel.args(**args)  # a block of the node's own already
+        elif args.signature is not kernel.signature:
             raise TypeError(f"argument block is for {args.signature.name}(), not {kernel.name}()")
-        args = args.copy()
+        else:
+            args = args.copy()
         kernel.prepare(shape)
         if shape.pdl and deps:  # programmatic edges from kernel dependencies, as stream capture makes them
             p = driver.CUgraphNodeParams()
