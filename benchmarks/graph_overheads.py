@@ -177,7 +177,7 @@ def raw_setter(exe: GraphExec, nodes: list, b: float) -> Callable[[], None]:
     blocks = [node.args.copy() for node in nodes]
     for blk in blocks:
         blk.set(b=b)
-    pairs = [(node.handle, kernel_node_params(node.kernel, node.shape, blk))
+    pairs = [(node.handle, kernel_node_params(node.kernel, node.shape, blk.address))
              for node, blk in zip(nodes, blocks, strict=True)]
     setp, h = driver.cuGraphExecKernelNodeSetParams, exe.handle
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ctypes
 import time
 import weakref
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from cuda.bindings import driver
 
@@ -25,7 +25,7 @@ from .capture_state import release
 from .context import Stream
 from .errors import ClosedError, GraphUpdateError, check, error_from
 from .graph import Graph, Node, _show, kernel_node_params
-from .kernel import KernelArgs, LaunchShape, convert_arg
+from .kernel import Kernel, KernelArgs, LaunchShape, convert_arg
 from .memory import as_view
 
 __all__ = ["GraphExec"]
@@ -58,16 +58,28 @@ def _libcuda() -> _Libcuda:
     return _lib
 
 
-@dataclass(eq=False)
 class _ExecKernel:
-    """The executable's own record of one kernel node."""
+    """The executable's own record of one kernel node: its block is row ``row`` of ``table``; the KernelArgs
+    view of it and the ``CUDA_KERNEL_NODE_PARAMS`` (kernelParams pointing into it) are made on first use, so
+    instantiate only fills the tables."""
 
-    node: Node          # the graph's node (its handle identifies the node to the driver)
-    shape: LaunchShape
-    args: KernelArgs    # this executable's block (a row of table); params.kernelParams points at it
-    params: driver.CUDA_KERNEL_NODE_PARAMS
-    table: ArgTable
-    row: int
+    __slots__ = ("node", "kernel", "shape", "table", "row", "_args", "_params")
+
+    def __init__(self, node: Node, kernel: Kernel, shape: LaunchShape, table: ArgTable, row: int):
+        self.node, self.kernel, self.shape, self.table, self.row = node, kernel, shape, table, row
+        self._args = self._params = None
+
+    @property
+    def args(self) -> KernelArgs:
+        if self._args is None:
+            self._args = self.table.view(self.row)
+        return self._args
+
+    @property
+    def params(self) -> driver.CUDA_KERNEL_NODE_PARAMS:
+        if self._params is None:
+            self._params = kernel_node_params(self.kernel, self.shape, self.table.address(self.row))
+        return self._params
 
 
 def _destroy_exec(handle) -> None:
@@ -122,9 +134,7 @@ class GraphExec:
         tables, rows = tables_for([src.args for _, src in pairs])
         self._kernels: dict[int, _ExecKernel] = {}
         for (node, src), table, row in zip(pairs, tables, rows, strict=True):
-            args = table.adopt(src.args, row)
-            params = kernel_node_params(src.kernel, src.shape, args)
-            self._kernels[node.key] = table.recs[row] = _ExecKernel(node, src.shape, args, params, table, row)
+            self._kernels[node.key] = table.recs[row] = _ExecKernel(node, src.kernel, src.shape, table, row)
         self._tables = list({id(t): t for t in tables}.values())
         self._batches: dict[tuple, Batch] = {}  # set_args_many's resolved node lists
 

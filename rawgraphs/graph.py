@@ -58,15 +58,15 @@ def _show(values: dict) -> dict:
     return {k: (hex(int(v)) if isinstance(v, _Array) else v) for k, v in values.items()}
 
 
-def kernel_node_params(kernel: Kernel, shape: LaunchShape, args: KernelArgs, p=None):
-    """``CUDA_KERNEL_NODE_PARAMS`` (or ``p``, any struct with its fields) pointing at ``args``' packed block
-    (the driver copies the values)."""
+def kernel_node_params(kernel: Kernel, shape: LaunchShape, params_address: int, p=None):
+    """``CUDA_KERNEL_NODE_PARAMS`` (or ``p``, any struct with its fields) whose ``kernelParams`` is
+    ``params_address``, a packed block's ``void*[]`` (``KernelArgs.address``; the driver copies the values)."""
     p = driver.CUDA_KERNEL_NODE_PARAMS() if p is None else p
     p.func = kernel.function
     p.gridDimX, p.gridDimY, p.gridDimZ = shape.grid
     p.blockDimX, p.blockDimY, p.blockDimZ = shape.block
     p.sharedMemBytes = shape.shared
-    p.kernelParams = args.address
+    p.kernelParams = params_address
     return p
 
 
@@ -148,12 +148,12 @@ class Graph:
         if shape.pdl and deps:  # programmatic edges from kernel dependencies, as stream capture makes them
             p = driver.CUgraphNodeParams()
             p.type = driver.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL
-            kernel_node_params(kernel, shape, args, p.kernel)
+            kernel_node_params(kernel, shape, args.address, p.kernel)
             h = check(driver.cuGraphAddNode(self._live(), [d.handle for d in deps], [_edge(d) for d in deps],
                                             len(deps), p), f"cuGraphAddNode({kernel.name}, programmatic)")
         else:
             h = check(driver.cuGraphAddKernelNode(self._live(), [d.handle for d in deps], len(deps),
-                                                  kernel_node_params(kernel, shape, args)),
+                                                  kernel_node_params(kernel, shape, args.address)),
                       f"cuGraphAddKernelNode({kernel.name})")
         if shape.clustered:  # kernel node params have no cluster field: it is a node attribute
             attr = driver.CUkernelNodeAttrID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION

@@ -205,12 +205,8 @@ class KernelArgs:
         self._values, self.refs = {}, {}
         self.set(**_bind(signature, args, kwargs))
 
-    def _alloc(self, size: int, offsets: tuple[int, ...], init=None, block: np.ndarray | None = None) -> None:
-        if block is not None:  # the bytes live in caller's memory (a row of an executable's ArgTable)
-            block[:] = np.frombuffer(init, np.uint8)
-            self._buf = (ctypes.c_char * size).from_buffer(block)
-        else:
-            self._buf = (ctypes.c_char * size)() if init is None else (ctypes.c_char * size).from_buffer_copy(init)
+    def _alloc(self, size: int, offsets: tuple[int, ...], init: bytes | None = None) -> None:
+        self._buf = (ctypes.c_char * size)() if init is None else (ctypes.c_char * size).from_buffer_copy(init)
         self._mv = memoryview(self._buf).cast("B")
         base = ctypes.addressof(self._buf)
         self._ptrs = (ctypes.c_void_p * max(len(offsets), 1))(*(base + o for o in offsets))
@@ -264,28 +260,36 @@ class KernelArgs:
         return struct.unpack_from(fmt, self._buf, off)[0]
 
     @staticmethod
-    def block_size(signature: Signature) -> int:
-        """Bytes of the packed block of ``signature``."""
-        return _layout_of(signature)[0]
+    def layout(signature: Signature) -> tuple[int, tuple[int, ...]]:
+        """Bytes of the packed block of ``signature`` and each field's byte offset in it."""
+        return _layout_of(signature)[:2]
 
-    @staticmethod
-    def offset_in(signature: Signature, name: str) -> int:
-        """Byte offset of field ``name`` in the packed block of ``signature``."""
-        return _layout_of(signature)[2][name][2]
+    def data(self) -> bytes:
+        """The packed block's bytes."""
+        return bytes(self._mv)
 
-    def copy(self, block: np.ndarray | None = None, values=None, refs=None) -> KernelArgs:
+    @classmethod
+    def over(cls, signature: Signature, block: np.ndarray, address: int, values, refs, pin) -> KernelArgs:
+        """A block kept in someone else's storage (a row of an executable's ArgTable): ``block`` (uint8, the
+        block's size) holds the bytes, ``address`` is its ``void*[]`` (kept alive by ``pin``), ``values`` and
+        ``refs`` are dict-like. Nothing is copied."""
+        new = cls.__new__(cls)
+        new.signature, new._layout = signature, _layout_of(signature)[2]
+        new._buf = (ctypes.c_char * len(block)).from_buffer(block)
+        new._mv = memoryview(new._buf).cast("B")
+        new._ptrs, new.address = pin, address
+        new._values, new.refs = values, refs
+        return new
+
+    def copy(self) -> KernelArgs:
         """An independent block with the same values (each graph node owns its own). The bytes are copied as
         they are (they were checked when written): every captured launch and every instantiated node copies
-        a block, and re-packing from the values cost ~20 us for an 11-argument kernel. ``block`` (uint8, the
-        block's size), ``values`` and ``refs`` (dict-like) are storage to keep the copy in (an ArgTable row)."""
+        a block, and re-packing from the values cost ~20 us for an 11-argument kernel."""
         new = KernelArgs.__new__(KernelArgs)
         new.signature = self.signature
         size, offsets, new._layout = _layout_of(self.signature)
-        new._alloc(size, offsets, self._buf, block)
-        new._values = {} if values is None else values
-        new.refs = {} if refs is None else refs
-        new._values.update(self._values)
-        new.refs.update(self.refs)
+        new._alloc(size, offsets, self._buf)
+        new._values, new.refs = dict(self._values), dict(self.refs)
         return new
 
     def __repr__(self) -> str:

@@ -79,7 +79,7 @@ def test_tables_group_by_parameter_list_and_rows_keep_order():
     tables, rows = tables_for([n.args for n in nodes])
     assert tables[0] is tables[2] is tables[3] and tables[1] is tables[4] and tables[0] is not tables[1]
     assert rows == [0, 0, 1, 2, 1]
-    assert tables[0].size == KernelArgs.block_size(SIGS["axpb"]) == 28 and tables[0].blocks.shape == (3, 32)
+    assert tables[0].size == KernelArgs.layout(SIGS["axpb"])[0] == 28 and tables[0].blocks.shape == (3, 32)
 
 
 def test_adopted_block_lives_in_its_row_and_is_independent(exe_of):
