@@ -106,11 +106,11 @@ class Batch:
     def __init__(self, recs: list):
         self.recs = recs
         self.table = recs[0].table
-        rows = [r.row for r in recs]
-        self.n = len(rows)
-        consecutive = rows == list(range(rows[0], rows[0] + self.n))
-        self.rows = slice(rows[0], rows[0] + self.n) if consecutive else np.array(rows)
-        self._row_list = None if consecutive else rows
+        self.row_list = [r.row for r in recs]
+        self.n = len(self.row_list)
+        self.consecutive = self.row_list == list(range(self.row_list[0], self.row_list[0] + self.n))
+        # what indexes the rows: a slice where consecutive (list and array slicing then copy nothing per row)
+        self.rows = slice(self.row_list[0], self.row_list[0] + self.n) if self.consecutive else np.array(self.row_list)
         self.calls = [(r.node.handle, r.params) for r in recs]
 
     def pack(self, **named) -> tuple:
@@ -126,14 +126,14 @@ class Batch:
             self._fill(t.refs[name], ref)
 
     def _fill(self, column: list, value) -> None:
-        if self._row_list is None:
+        if self.consecutive:
             column[self.rows] = repeat(value, self.n)
         else:  # rows picked out of order: rare, a plain loop
-            for r in self._row_list:
+            for r in self.row_list:
                 column[r] = value
 
     def _take(self, column: list) -> list:
-        return column[self.rows] if self._row_list is None else [column[r] for r in self._row_list]
+        return column[self.rows] if self.consecutive else [column[r] for r in self.row_list]
 
     def _saved(self, packed: tuple) -> tuple:
         """What :meth:`write` will overwrite, for :meth:`_restore`."""
@@ -144,7 +144,7 @@ class Batch:
     def _restore(self, saved: tuple, first: int) -> None:
         """Put back the bytes and values of rows ``first`` on (the error path)."""
         t, (blocks, cols) = self.table, saved
-        rows = (self._row_list or list(range(self.rows.start, self.rows.stop)))[first:]
+        rows = self.row_list[first:]
         t.blocks[rows] = blocks[first:]
         for name, (values, refs) in cols.items():
             for r, v, ref in zip(rows, values[first:], refs[first:], strict=True):
@@ -177,9 +177,10 @@ def retarget(tables: list[ArgTable], new: dict[int, tuple], exe_handle, set_para
     for t in tables:
         words, edits = t.blocks.view(np.uint64), {}
         for name, w in t.pointers:
-            column = words[:, w].tolist()  # a set lookup per row: np.isin cost ~30 us a call on short columns
-            for r in [r for r, a in enumerate(column) if a in new]:
-                old = column[r]
+            # the column as a list and a dict lookup per row: np.isin cost ~30 us a call on short columns
+            for r, old in enumerate(words[:, w].tolist()):
+                if old not in new:
+                    continue
                 edits.setdefault(r, []).append((name, w, old, t.values[name][r], t.refs[name][r]))
                 words[r, w], t.values[name][r], t.refs[name][r] = new[old]
         changed += [(t, r, e) for r, e in edits.items()]

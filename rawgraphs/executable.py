@@ -259,10 +259,9 @@ class GraphExec:
             old = k if isinstance(k, int) else as_view(k).ptr
             raw, ref = convert_arg("retarget", f"new pointer for {old:#x}", "ptr", v)
             new[old] = (raw, v, ref)
-        if not new:
-            return 0
-        self.host_updates += 1
-        return retarget(self._tables, new, self.handle, _set_params)
+        changed = retarget(self._tables, new, self.handle, _set_params) if new else 0
+        self.host_updates += changed > 0
+        return changed
 
     def set_enabled(self, node: Node | str, enabled: bool) -> None:
         """Enable or disable a kernel, memset or memcpy node for later launches."""

@@ -136,7 +136,8 @@ class Graph:
 
     def add_kernel(self, kernel: Kernel, shape: LaunchShape, args: KernelArgs | dict, deps=None,
                    name: str | None = None) -> Node:
-        """A kernel node. ``args`` is copied: the node owns its block, so later updates touch only this node."""
+        """A kernel node. The node owns its block (a dict is packed into a new one, a KernelArgs is copied), so
+        later updates touch only this node."""
         deps = self._deps(deps)
         if isinstance(args, dict):
             args = kernel.args(**args)  # a block of the node's own already
