@@ -86,7 +86,7 @@ def test_adopted_block_lives_in_its_row_and_is_independent(exe_of):
     nodes = make_nodes(["axpb", "scale", "axpb"])
     exe, _ = exe_of(nodes)
     rec = exe._rec(nodes[2])
-    assert bytes(rec.table.blocks[rec.row, :rec.table.size]) == bytes(nodes[2].args._buf)
+    assert bytes(rec.table.blocks[rec.row, :rec.table.size]) == nodes[2].args.data()
     assert rec.args.address != nodes[2].args.address and rec.params.kernelParams == rec.args.address
     exe.set_args(nodes[2], b=0.5)
     assert struct.unpack_from("<f", rec.table.blocks[rec.row], rec.args.offset("b"))[0] == 0.5
