@@ -59,10 +59,10 @@ class Tally:
 
 
 def op_groups(launches) -> list[tuple[str, list]]:
-    """Consecutive launches of one op (``L3.qkv`` and ``L3.qkv.reduce``) grouped under its name."""
+    """Consecutive launches of one op (``L3.qkv.rms``, ``L3.qkv`` and ``L3.qkv.reduce``) grouped under its name."""
     groups: list[tuple[str, list]] = []
     for ln in launches:
-        name = ln.name.removesuffix(".reduce")
+        name = ln.name.removesuffix(".reduce").removesuffix(".rms")
         if groups and groups[-1][0] == name:
             groups[-1][1].append(ln)
         else:

@@ -31,12 +31,14 @@
 //   grid = (ceil(N / 16), splits), block = (256,) exactly, shared = 0 or unused (static arrays); OUT_SILU: a block owns
 //   8 gate rows and their 8 up rows (same grid)
 // gemm_tc (B > 16): tiled skinny GEMM on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate). A block owns
-//   a 64 (batch) x 64 (weight rows) tile and one K range; 64-wide K tiles, double-buffered in shared memory
-//   with the next tile prefetched into registers.
-//   grid = (ceil(B / 64), ceil(N / 64), splits), block = (128,) exactly, shared = 0 or unused (36 KiB static);
-//   OUT_SILU: a tile holds 32 gate rows and their 32 up rows (same grid)
+//   a 64 (batch) x 64 (weight rows) tile and one K range; 64-wide K tiles of x and W stream through a
+//   TC_STAGES-deep cp.async pipeline in shared memory (the first W tiles issued before the PDL wait; X_RMSNORM
+//   applied in place to each landed x tile).
+//   grid = (ceil(B / 64), ceil(N / 64), splits), block = (128,) exactly, dynamic shared >= TC_SHARED bytes (73728;
+//   more only to cap blocks per SM); OUT_SILU: a tile holds 32 gate rows and their 32 up rows (same grid)
 // splitk_reduce: y = epilogue(sum_{s < splits} partial[s]) in fixed order (bit-identical run to run).
 //   grid = (ceil(B * N / 256),) (OUT_SILU: ceil(B * N / 2 / 256)), block = (256,), shared = 0
+// row_rms: the X_RMSNORM scale of each row, once, for gemm_tc (see "row_rms:" below).
 //
 // x_op selects the input the projection multiplies (gemv, gemv_mma, gemm_tc; fuses the kernel before it):
 //   0 X_PLAIN    x [B, K] bf16 as stored
@@ -51,6 +53,8 @@
 //   positions int32 [B] (may be null), B, N, K int32 (K % 8 == 0, pointers 16-byte aligned), k_chunk int32:
 //   K elements per split (a multiple of 8; split s covers [s * k_chunk, min(K, (s + 1) * k_chunk))), mode int32,
 //   eps float (X_RMSNORM), x_op int32.
+//   gemm_tc also takes inv fp32 [B] last: X_RMSNORM's row scales as row_rms wrote them, or null (computed by every
+//   block itself).
 //   splitk_reduce: partial [splits, B, N] fp32, positions, B, N, splits int32, mode 0/1/2/4.
 #include "common.cuh"
 #include "pdl.cuh"
@@ -192,35 +196,58 @@ __device__ __forceinline__ void rows_scale(float* scale_s, const bf16* __restric
 #define TC_LD (TC_K + 8)  // padded row (144 bytes): fragment loads hit 32 distinct banks
 #define TC_LDC (TC_N + 4)
 
-// Load one 64 x 64 bf16 tile (rows [row0, row0 + 64) of src[rows, K], columns [k, k + 64) clipped to k1) into
-// 4 uint4 registers per thread; rows past `rows` and columns past k1 read as zero. half > 0 (OUT_SILU): tile
-// rows r < 32 are gate rows row0 + r and rows r >= 32 the matching up rows half + row0 + r - 32 (rows = half).
-__device__ __forceinline__ void w_tile_load(uint4 v[4], const bf16* w, int row0, int rows, int half, int K, int k,
-                                            int k1) {
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+// Wait until at most `n` of this thread's committed cp.async groups are pending.
+template <int n>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(n) : "memory"); }
+
+// cp.async of 16 bytes, or 16 zero bytes where !ok (src-size 0: nothing is read; src stays a valid address).
+__device__ __forceinline__ void cp_async16_or_zero(void* dst, const void* src, bool ok) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(src), "r"(ok ? 16 : 0) : "memory");
+}
+
+// cp.async one 64 x 64 bf16 W tile (rows [row0, row0 + 64) of w[rows, K], columns [k, k + 64) clipped to k1) into
+// ws ([64][TC_LD]); rows past `rows` and columns past k1 are zeros. Thread t copies 16 bytes of rows t / 8 + 16 i
+// (i < 4), all at columns k + 8 (t % 8). half > 0 (OUT_SILU): tile rows r < 32 are gate rows row0 + r and rows
+// r >= 32 the matching up rows half + row0 + r - 32 (rows = half).
+__device__ __forceinline__ void w_tile_async(bf16* ws, const bf16* w, int row0, int rows, int half, int K, int k,
+                                             int k1) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int c = threadIdx.x + i * 128, r = c / 8, col = k + (c % 8) * 8;
         const int n = row0 + (half ? r % 32 : r), row = n + (half && r >= 32 ? half : 0);
-        v[i] = n < rows && col < k1 ? ldg_stream(w + (size_t)row * K + col) : make_uint4(0, 0, 0, 0);
+        const bool ok = n < rows && col < k1;
+        cp_async16_or_zero(ws + r * TC_LD + (c % 8) * 8, ok ? w + (size_t)row * K + col : w, ok);
     }
 }
 
-// The x tile (batch rows [row0, row0 + 64)), transformed by x_op. A thread loads the same 4 rows of every tile
-// (r = (threadIdx.x + 128 i) / 8); sc[i] is row r's rows_scale, held in a register.
-__device__ __forceinline__ void x_tile_load(uint4 v[4], const bf16* x, const bf16* norm, int x_op,
-                                            const float sc[4], int row0, int K, int k, int k1) {
+// cp.async the x tile (batch rows [row0, row0 + 64), the same thread-to-chunk map as w_tile_async), as stored:
+// rows whose scale sc[i] is 0 (inactive, or past B) and columns past k1 are zeros. x_op is applied in place after
+// the copy lands (x_tile_norm).
+__device__ __forceinline__ void x_tile_async(bf16* xs, const bf16* x, const float sc[4], int row0, int K, int k,
+                                             int k1) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int c = threadIdx.x + i * 128, r = c / 8, col = k + (c % 8) * 8;
-        v[i] = sc[i] != 0.0f && col < k1 ? load_x8(x, norm, x_op, sc[i], row0 + r, K, col) : make_uint4(0, 0, 0, 0);
+        const bool ok = sc[i] != 0.0f && col < k1;
+        cp_async16_or_zero(xs + r * TC_LD + (c % 8) * 8, ok ? x + (size_t)(row0 + r) * K + col : x, ok);
     }
 }
 
-__device__ __forceinline__ void tile_store(bf16* dst, const uint4 v[4]) {
+// X_RMSNORM on this thread's own four chunks of a landed x tile (g: the 8 norm weights of its column).
+__device__ __forceinline__ void x_tile_norm(bf16* xs, const float sc[4], const uint4& g) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int c = threadIdx.x + i * 128;
-        *reinterpret_cast<uint4*>(dst + (c / 8) * TC_LD + (c % 8) * 8) = v[i];
+        uint4* p = reinterpret_cast<uint4*>(xs + (c / 8) * TC_LD + (c % 8) * 8);
+        if (sc[i] != 0.0f) *p = rmsnorm_x8(*p, g, sc[i]);
     }
 }
 
@@ -234,31 +261,76 @@ __device__ __forceinline__ void mma_bf16_16816(float d[4], const unsigned a[4], 
 
 __device__ __forceinline__ unsigned lds32(const bf16* p) { return *reinterpret_cast<const unsigned*>(p); }
 
+// row_rms: inv[b] = 1 / sqrt(mean(x[b]^2) + eps) for an active row (positions[b] >= 0 or positions null), 0 for an
+// inactive one: gemm_tc's X_RMSNORM scales, computed once per row instead of by every block of its grid (each of
+// which read all 64 rows x K of x from L2 for them: at B = 64 and K = 2048, 256 KB per block). One warp per row,
+// the sum rows_scale makes (the same bits). grid = (ceil(B / 4),), block = (128,). Arguments: inv fp32 [B],
+// x bf16 [B, K], positions int32 [B] (may be null), B, K, eps.
+extern "C" __global__ void __launch_bounds__(128) row_rms(float* __restrict__ inv, const bf16* __restrict__ x,
+                                                          const int* __restrict__ positions, int B, int K,
+                                                          float eps) {
+    const int b = blockIdx.x * 4 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    const bool on = b < B && row_active(positions, b);  // before the wait (pdl.cuh)
+    pdl_begin();
+    if (b >= B) return;
+    const float ss = on ? warp_sum(row_sumsq(x, b, K, lane, 32)) : 0.0f;
+    if (lane == 0) inv[b] = on ? rsqrtf(ss / (float)K + eps) : 0.0f;
+}
+
+// gemm_tc's pipeline: TC_STAGES K tiles of x and W in flight per block through cp.async (TC_STAGES - 1 ahead of
+// the tile being multiplied), in dynamic shared memory (TC_SHARED bytes at least: plans.py's TC_SHARED).
+#define TC_STAGES 3
+#define TC_TILE_ELEMS (TC_M * TC_LD)  // one operand tile, padded rows
+#define TC_SHARED (TC_STAGES * 2 * TC_TILE_ELEMS * 2)
+
 extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* __restrict__ x,
                                                           const bf16* __restrict__ w,
                                                           const bf16* __restrict__ norm,
                                                           const int* __restrict__ positions, int B, int N, int K,
-                                                          int k_chunk, int mode, float eps, int x_op) {
+                                                          int k_chunk, int mode, float eps, int x_op,
+                                                          const float* __restrict__ inv) {
     __shared__ float scale_s[TC_M];
-    constexpr int TILE = TC_M * TC_LD;  // elements per operand tile (TC_M == TC_N)
-    __shared__ __align__(16) bf16 smem[4 * TILE];
-    bf16* xs = smem;                             // [2][64][TC_LD]: x tile, batch rows x k
-    bf16* ws = smem + 2 * TILE;                  // [2][64][TC_LD]: W tile, weight rows x k
-    float* cs = reinterpret_cast<float*>(smem);  // [64][TC_LDC], after the main loop
+    extern __shared__ __align__(16) unsigned char tc_raw[];
+    bf16* stages = reinterpret_cast<bf16*>(tc_raw);  // [TC_STAGES][x tile | W tile]: [2][64][TC_LD] each
+    float* cs = reinterpret_cast<float*>(tc_raw);     // [64][TC_LDC], after the main loop
 
     const TileRows tr = tile_rows(mode, N, TC_N);  // OUT_SILU: 32 gate/up row pairs
     const int half = tr.half, rows = tr.rows, outs = tr.outs;
     const int m0 = blockIdx.x * TC_M, n0 = blockIdx.y * outs;
     const int k0 = blockIdx.z * k_chunk, k1 = min(K, k0 + k_chunk);
+    const int tiles = (k1 - k0 + TC_K - 1) / TC_K;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;  // this warp's 32 x 32 output tile
     const int g = lane >> 2, t2 = (lane & 3) * 2;           // mma fragment coordinates
     rows_active(scale_s, positions, m0, min(TC_M, B - m0), TC_M);
+    // Weights do not depend on the kernel before (pdl.cuh): the first TC_STAGES - 1 W tiles go out before the wait,
+    // as one cp.async group; then one group per x tile. Every later iteration commits one group (W and x of the tile
+    // TC_STAGES - 1 ahead, or nothing past the end), so tile t has landed once at most TC_STAGES - 2 are pending.
+#pragma unroll
+    for (int s = 0; s < TC_STAGES - 1; ++s)
+        if (s < tiles) w_tile_async(stages + (2 * s + 1) * TC_TILE_ELEMS, w, n0, rows, half, K, k0 + s * TC_K, k1);
+    cp_async_commit();
     pdl_begin();
-    rows_scale(scale_s, x, x_op, m0, TC_M, K, eps);
+    if (x_op == X_RMSNORM && inv != nullptr) {  // row_rms computed the rows' scales once (read after the wait)
+        __syncthreads();
+        for (int r = threadIdx.x; r < TC_M; r += blockDim.x)
+            if (scale_s[r] != 0.0f) scale_s[r] = inv[m0 + r];
+        __syncthreads();
+    } else {
+        rows_scale(scale_s, x, x_op, m0, TC_M, K, eps);
+    }
     float sc[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) sc[i] = scale_s[(threadIdx.x + i * 128) / 8];
+#pragma unroll
+    for (int s = 0; s < TC_STAGES - 1; ++s) {
+        if (s < tiles) x_tile_async(stages + 2 * s * TC_TILE_ELEMS, x, sc, m0, K, k0 + s * TC_K, k1);
+        cp_async_commit();
+    }
+    // X_RMSNORM: this thread's 8 norm weights of the next tile, loaded a tile ahead (the same column in all 4 chunks)
+    const int ncol = k0 + (threadIdx.x % 8) * 8;
+    const bool rms = x_op == X_RMSNORM;
+    uint4 g_next = rms && ncol < k1 ? __ldg(reinterpret_cast<const uint4*>(norm + ncol)) : make_uint4(0, 0, 0, 0);
 
     float acc[2][4][4];  // [m16 frag][n8 frag][4]
 #pragma unroll
@@ -268,22 +340,25 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
-    uint4 xv[4], wv[4];
-    x_tile_load(xv, x, norm, x_op, sc, m0, K, k0, k1);
-    w_tile_load(wv, w, n0, rows, half, K, k0, k1);
-    tile_store(xs, xv);
-    tile_store(ws, wv);
-    __syncthreads();
-    const int tiles = (k1 - k0 + TC_K - 1) / TC_K;
     for (int t = 0; t < tiles; ++t) {
-        const int buf = t & 1;
-        const bool more = t + 1 < tiles;
-        if (more) {
-            x_tile_load(xv, x, norm, x_op, sc, m0, K, k0 + (t + 1) * TC_K, k1);
-            w_tile_load(wv, w, n0, rows, half, K, k0 + (t + 1) * TC_K, k1);
+        bf16* xt = stages + 2 * (t % TC_STAGES) * TC_TILE_ELEMS;
+        const bf16* wt = xt + TC_TILE_ELEMS;
+        cp_async_wait<TC_STAGES - 2>();  // this thread's copies of tile t have landed
+        __syncthreads();                 // everyone's have; everyone is done with tile t - 1's buffers
+        if (rms) {  // block-uniform
+            const uint4 gv = g_next;
+            const int nk = ncol + (t + 1) * TC_K;
+            if (t + 1 < tiles && nk < k1) g_next = __ldg(reinterpret_cast<const uint4*>(norm + nk));
+            x_tile_norm(xt, sc, gv);
         }
-        const bf16* xt = xs + buf * TILE;
-        const bf16* wt = ws + buf * TILE;
+        const int ahead = t + TC_STAGES - 1;  // into the buffers tile t - 1 used
+        if (ahead < tiles) {
+            bf16* xa = stages + 2 * (ahead % TC_STAGES) * TC_TILE_ELEMS;
+            w_tile_async(xa + TC_TILE_ELEMS, w, n0, rows, half, K, k0 + ahead * TC_K, k1);
+            x_tile_async(xa, x, sc, m0, K, k0 + ahead * TC_K, k1);
+        }
+        cp_async_commit();
+        if (rms) __syncthreads();  // the normalised tile, before any warp reads another thread's chunks
 #pragma unroll
         for (int kk = 0; kk < TC_K; kk += 16) {
             unsigned a[2][4], b[4][2];
@@ -306,12 +381,9 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
 #pragma unroll
                 for (int j = 0; j < 4; ++j) mma_bf16_16816(acc[i][j], a[i], b[j]);
         }
-        if (more) {
-            tile_store(xs + (buf ^ 1) * TILE, xv);
-            tile_store(ws + (buf ^ 1) * TILE, wv);
-        }
-        __syncthreads();
     }
+    cp_async_wait<0>();  // only empty groups remain; the buffers become cs after the barrier
+    __syncthreads();
 
 #pragma unroll
     for (int i = 0; i < 2; ++i)
@@ -457,17 +529,6 @@ extern "C" __global__ void __launch_bounds__(256, 3) gemv_mma(void* y, const bf1
 #define PIPE_STAGES 8  // GEMV_STAGES in plans.py (deeper rings lost, H200)
 #define PIPE_CHUNK 256
 #define RED_UNITS 8  // units per reduction round (parts > 1): red holds [2][RED_UNITS][warps] fp32
-
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src) : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-
-// Wait until at most `n` of this thread's committed cp.async groups are pending.
-template <int n>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(n) : "memory"); }
 
 // a + w[0:8] . x[0:8], in element order (8 bf16 each, 16-byte aligned shared memory): one lane's share of a chunk.
 __device__ __forceinline__ float dot8(float a, const bf16* w, const bf16* x) {

@@ -186,15 +186,16 @@ def test_torch_attention_and_residual_round_once_like_the_kernels():
     assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout + run.stderr
 
 
-def test_twin_ops_groups_a_projection_with_its_reduce_and_tallies_differences():
+def test_twin_ops_groups_a_projection_with_its_row_scales_and_reduce_and_tallies_differences():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import twin_ops
 
-    names = ["embed", "L0.qkv", "L0.qkv.reduce", "L0.attention", "L0.o_proj", "L0.o_proj.reduce", "lm_head"]
+    names = ["embed", "L0.qkv.rms", "L0.qkv", "L0.qkv.reduce", "L0.attention", "L0.o_proj", "L0.o_proj.reduce",
+             "lm_head.rms", "lm_head"]
     launches = [SimpleNamespace(name=n) for n in names]
     groups = twin_ops.op_groups(launches)
     assert [g for g, _ in groups] == ["embed", "L0.qkv", "L0.attention", "L0.o_proj", "lm_head"]
-    assert [len(ls) for _, ls in groups] == [1, 2, 1, 2, 1]
+    assert [len(ls) for _, ls in groups] == [1, 3, 1, 2, 2]
     tally = twin_ops.Tally()
     ref = np.array([[1.0, 2.0, 3.0, 4.0]])  # exact in bf16
     tally.add("op", ref, ref + [[0, 0, 0, 2 ** -5]], ref)  # torch one bf16 ulp off in 1 of 4

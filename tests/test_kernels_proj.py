@@ -29,6 +29,9 @@ from rawgraphs.model.plans import (
     PARTIAL,
     ROWS_MAX,
     SMS,
+    TC_SHARED,
+    TC_STAGES,
+    TC_TWO_PER_SM_SHARED,
     TWO_PER_SM_SHARED,
     X_OPS,
     gemv_plan,
@@ -74,8 +77,9 @@ def test_signatures():
         "gemv_mma": "y: ptr, x: ptr, w: ptr, norm: ptr, positions: ptr, B: i32, N: i32, K: i32, k_chunk: i32, "
                     "mode: i32, eps: f32, x_op: i32",
         "gemm_tc": "y: ptr, x: ptr, w: ptr, norm: ptr, positions: ptr, B: i32, N: i32, K: i32, k_chunk: i32, "
-                   "mode: i32, eps: f32, x_op: i32",
+                   "mode: i32, eps: f32, x_op: i32, inv: ptr",
         "splitk_reduce": "y: ptr, partial: ptr, positions: ptr, B: i32, N: i32, splits: i32, mode: i32",
+        "row_rms": "inv: ptr, x: ptr, positions: ptr, B: i32, K: i32, eps: f32",
         "silu_mul": "out: ptr, gu: ptr, F: i32",
         "argmax": "tokens: ptr, logits: ptr, V: i32",
         "sample": "tokens: ptr, logits: ptr, seed: ptr, step: ptr, temperature: f32, V: i32",
@@ -116,8 +120,11 @@ def test_gemv_plan(B, N, K):
     else:
         rows_per_block = 16 if B <= 16 else 64
         assert plan.grid[0 if B <= 16 else 1] * rows_per_block >= N
-        assert plan.shared == (TWO_PER_SM_SHARED if two_per_sm(B, math.prod(plan.grid)) else 0)
-        if B > 16:
+        capped = two_per_sm(B, math.prod(plan.grid))
+        if B <= 16:
+            assert plan.shared == (TWO_PER_SM_SHARED if capped else 0)
+        else:
+            assert plan.shared == (TC_TWO_PER_SM_SHARED if capped else TC_SHARED)
             assert plan.grid[0] * 64 >= B
         blocks = math.prod(plan.grid) // plan.splits
         limit = {"gemv_mma": SMS // 2, "gemm_tc": tc_target_blocks(B)}[plan.kernel]
@@ -143,6 +150,24 @@ def test_gemm_tc_splits_until_three_blocks_per_sm_for_one_row_tile():
     qkv = gemv_plan(37, 6144, 2048, "bf16", x_op="rmsnorm")  # 96 column tiles: 5 splits reach 3 x 132 blocks
     assert qkv.kernel == "gemm_tc" and qkv.grid == (1, 96, 5) and qkv.splits == 5
     assert gemv_plan(128, 6144, 2048).grid == (2, 96, 2)  # two row tiles: 2 x 132
+
+def test_gemm_tc_row_scales_come_from_one_row_rms_launch_when_given_a_buffer():
+    """With ``inv``, an rmsnorm-fused gemm_tc plan launches row_rms first (one warp per row) and hands gemm_tc the
+    scales it wrote; without it (or for other x_ops and kernels) the launches are as before and gemm_tc gets null."""
+    plan = gemv_plan(37, 6144, 2048, "bf16", x_op="rmsnorm")
+    rms, main, red = plan.launches("y", "x", "w", "ws", 37, 6144, 2048, norm="g", eps=1e-5, positions="p", inv="iv")
+    assert (rms.kernel, rms.grid, rms.block, rms.shared) == ("row_rms", (10, 1, 1), (128, 1, 1), 0)
+    assert rms.args == dict(inv="iv", x="x", positions="p", B=37, K=2048, eps=1e-5)
+    assert main.kernel == "gemm_tc" and main.args["inv"] == "iv" and red.kernel == "splitk_reduce"
+    assert [ln.kernel for ln in plan.launches("y", "x", "w", "ws", 37, 6144, 2048, norm="g")] == ["gemm_tc",
+                                                                                                 "splitk_reduce"]
+    assert plan.launches("y", "x", "w", "ws", 37, 6144, 2048, norm="g")[0].args["inv"] == 0
+    plain = gemv_plan(37, 6144, 2048, "bf16").launches("y", "x", "w", "ws", 37, 6144, 2048, inv="iv")
+    assert [ln.kernel for ln in plain] == ["gemm_tc", "splitk_reduce"] and plain[0].args["inv"] == 0
+    small = gemv_plan(8, 6144, 2048, "bf16", x_op="rmsnorm").launches("y", "x", "w", "ws", 8, 6144, 2048, "g",
+                                                                      inv="iv")
+    assert small[0].kernel == "gemv_mma" and "inv" not in small[0].args
+
 
 def test_gemv_plan_x_op():
     plan = gemv_plan(1, 768, 2048, "residual", splits=2, x_op="rmsnorm")
@@ -225,7 +250,10 @@ def test_two_per_sm_plan(B, N, K, out, capped):
     two_per_sm says: grids of at most 2 x 132 blocks at B >= 8."""
     plan = gemv_plan(B, N, K, out)
     assert plan.kernel == ("gemv_mma" if B <= 16 else "gemm_tc")
-    assert plan.shared == (TWO_PER_SM_SHARED if capped else 0)
+    if B <= 16:
+        assert plan.shared == (TWO_PER_SM_SHARED if capped else 0)
+    else:
+        assert plan.shared == (TC_TWO_PER_SM_SHARED if capped else TC_SHARED)
     assert (B >= 8 and math.prod(plan.grid) <= 2 * SMS) == capped
     assert all(ln.shared == plan.shared for ln in plan.launches("y", "x", "w", "ws", B, N, K)[:1])
 
@@ -238,13 +266,17 @@ def h200_blocks_per_sm(registers: int, static: int, dynamic: int, threads: int =
 
 
 def test_gemv_ring_constants_match_the_kernel():
-    """plans.py sizes gemv's shared memory from the ring the kernel declares: a change on one side only would
-    overrun the launch's shared memory or waste it."""
+    """plans.py sizes gemv's and gemm_tc's shared memory from the rings the kernel declares: a change on one side
+    only would overrun the launch's shared memory or waste it."""
     src = (kernel_dir() / "gemv.cu").read_text()
     assert int(re.search(r"#define PIPE_STAGES (\d+)", src).group(1)) == GEMV_STAGES
     assert int(re.search(r"#define PIPE_CHUNK (\d+)", src).group(1)) == GEMV_CHUNK
     assert int(re.search(r"#define GEMV_ROWS_MAX (\d+)", src).group(1)) == ROWS_MAX
     assert GEMV_RING == GEMV_STAGES * GEMV_CHUNK * 2
+    # gemm_tc's pipeline: TC_STAGES x (x tile + W tile) of 64 rows padded to TC_LD elements
+    assert int(re.search(r"#define TC_STAGES (\d+)", src).group(1)) == TC_STAGES
+    assert int(re.search(r"#define TC_LD \(TC_K \+ (\d+)\)", src).group(1)) == 8
+    assert TC_SHARED == TC_STAGES * 2 * 64 * (64 + 8) * 2
 
 
 def test_gemv_splits_k_only_past_its_x_row():
@@ -257,7 +289,7 @@ def test_gemv_splits_k_only_past_its_x_row():
 def test_occupancy_caps_hold_for_the_compiled_kernels():
     """The shared-memory caps of plans.py give the blocks per SM they claim for the kernels as compiled now (a
     kernel that grew its static shared memory or registers would silently change them): gemv 3 (4 uncapped),
-    gemv_mma 2 under its cap (3 uncapped), gemm_tc 2 under its cap (4 uncapped)."""
+    gemv_mma 2 under its cap (3 uncapped), gemm_tc 2 under its cap (4 with its pipeline's shared memory alone)."""
     use = resource_usage("gemv")
     for N, K, out in [(6144, 2048, "bf16"), (2048, 5632, "residual"), (32000, 2048, "f32"), (11264, 2048, "silu")]:
         plan = gemv_plan(1, N, K, out)
@@ -270,9 +302,9 @@ def test_occupancy_caps_hold_for_the_compiled_kernels():
     assert capped.shared == TWO_PER_SM_SHARED
     assert h200_blocks_per_sm(*use["gemv_mma"], capped.shared) == 2 < h200_blocks_per_sm(*use["gemv_mma"], 0) == 3
     capped = gemv_plan(32, 2048, 2048)
-    assert capped.kernel == "gemm_tc" and capped.shared == TWO_PER_SM_SHARED
+    assert capped.kernel == "gemm_tc" and capped.shared == TC_TWO_PER_SM_SHARED
     tc = h200_blocks_per_sm(*use["gemm_tc"], capped.shared, threads=128)
-    assert tc == 2 < h200_blocks_per_sm(*use["gemm_tc"], 0, threads=128) == 4
+    assert tc == 2 < h200_blocks_per_sm(*use["gemm_tc"], TC_SHARED, threads=128) == 4
 
 
 @pytest.mark.parametrize("kernel,rows,threads",
@@ -648,7 +680,7 @@ def test_gemv_rows_unit_stream(mods, stream, rng, N, K, x_op, out):
 def test_plans_blocks_per_sm(mods):
     """The occupancy the plans are built on, read back from the driver: gemv 3 blocks per SM under its
     shared-memory cap (the one-wave grid of plans.py; 4 by its registers alone), gemv_mma 3, or 2 under the plan's
-    cap, gemm_tc 4, or 2 under the cap (test_gemv runs the capped plans)."""
+    cap, gemm_tc 4 (its pipeline's shared memory), or 2 under the cap (test_gemv runs the capped plans)."""
     from rawgraphs.kernel import LaunchShape
 
     def blocks(plan):
@@ -662,7 +694,7 @@ def test_plans_blocks_per_sm(mods):
     assert capped.shared == TWO_PER_SM_SHARED and blocks(capped) == 2
     assert blocks(gemv_plan(37, 6144, 2048)) == 4
     capped = gemv_plan(32, 2048, 2048)
-    assert capped.kernel == "gemm_tc" and capped.shared == TWO_PER_SM_SHARED and blocks(capped) == 2
+    assert capped.kernel == "gemm_tc" and capped.shared == TC_TWO_PER_SM_SHARED and blocks(capped) == 2
 
 
 @pytest.mark.gpu
@@ -694,6 +726,42 @@ def test_gemv_skips_inactive_rows(mods, stream, rng, N, K, x_op):
                 base = res.astype(np.float64) if out == "residual" else np.zeros(want.shape)
                 np.testing.assert_allclose(got[~off], (base + want)[~off], rtol=1e-2, atol=1e-2, err_msg=where)
                 np.testing.assert_array_equal(got[off], base[off], err_msg=where)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("N,K,out", [(6144, 2048, "bf16"), (4096, 768, "silu"), (32000, 768, "f32")])
+def test_row_rms_gives_gemm_tc_the_scales_it_computes_itself(mods, stream, rng, N, K, out):
+    """row_rms writes each active row's 1 / rms (0 for inactive rows), and gemm_tc given them produces the same
+    bytes as gemm_tc computing them in every block, at B = 37 (one row tile, split K) and 130 (three row tiles),
+    with a third of the rows inactive (their x is NaN: never read)."""
+    eps = 1e-5
+    w, g = bf16(rng.standard_normal((N, K)) / math.sqrt(K)), bf16(rng.uniform(0.5, 1.5, K))  # [N, K], [K]
+    wd, gd = upload(w), upload(g)
+    for B in (37, 130):
+        positions = rng.integers(0, 100, size=B).astype(np.int32)  # [B]
+        positions[rng.permutation(B)[:B // 3]] = -1
+        off = positions < 0
+        x = bf16(rng.standard_normal((B, K)) * 3.0)  # [B, K]
+        want_inv = 1.0 / np.sqrt(np.mean(x.astype(np.float64) ** 2, axis=1) + eps)
+        x[off] = np.nan
+        xd, pd = upload(x), upload(positions)
+        plan = gemv_plan(B, N, K, out, x_op="rmsnorm")
+        assert plan.kernel == "gemm_tc"
+        ws = poisoned(max(plan.workspace_bytes, 4), np.uint8, stream)
+        outs = []
+        for inv in (None, poisoned(B, np.float32, stream)):
+            y = poisoned((B, N // 2 if out == "silu" else N), np.float32 if out == "f32" else BF16, stream)
+            for ln in plan.launches(y, xd, wd, ws, B, N, K, gd, eps, pd, inv):
+                launch(mods["gemv"], ln.kernel, ln.grid, ln.block, stream, ln.shared, **ln.args)
+            stream.synchronize()
+            outs.append(y.to_numpy())
+        got_inv = inv.to_numpy()
+        np.testing.assert_allclose(got_inv[~off], want_inv[~off], rtol=1e-5)
+        assert np.all(got_inv[off] == 0.0)
+        assert outs[1].tobytes() == outs[0].tobytes(), f"B={B} {out}: row_rms's scales changed gemm_tc's bytes"
+        h = fused_input(np.where(off[:, None], 0, x), g, eps, "rmsnorm")
+        np.testing.assert_allclose(outs[1][~off].astype(np.float64), projected(h, w, out)[~off], rtol=1e-2,
+                                   atol=1e-2)
 
 
 # ---------------------------------------------------------------- GPU: argmax, sample

@@ -16,8 +16,9 @@
 - otherwise ``2 <= B <= 16``: ``gemv_mma``, 16 weight rows per 256-thread block streamed straight into tensor-core
   fragments (4 x 2 16-byte loads in flight per lane, 3 blocks per SM, or 2 where ``two_per_sm`` says);
   each weight row is read once per launch.
-- ``B > 16``: ``gemm_tc``, 64 x 64 output tiles on tensor cores (mma.sync bf16, fp32 accumulate), 4 blocks per SM,
-  or 2 where ``two_per_sm`` says.
+- ``B > 16``: ``gemm_tc``, 64 x 64 output tiles on tensor cores (mma.sync bf16, fp32 accumulate), K tiles of x and
+  W streamed through a ``TC_STAGES``-deep cp.async pipeline in ``TC_SHARED`` bytes of shared memory (4 blocks per
+  SM), or 2 blocks per SM where ``two_per_sm`` says.
 
 These choices follow measurements on the H200 (benchmarks/gemv_bandwidth.py --alternatives, benchmarks/NOTES.md):
 at B = 1 the one-wave ``gemv`` took the 1b decode step from 0.97 to 0.83 ms (graph, context 512) where the
@@ -51,8 +52,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-__all__ = ["OUT_MODES", "PARTIAL", "TWO_PER_SM_SHARED", "X_OPS", "SMS", "GemvPlan", "Launch", "gemv_plan",
-           "max_workspace_bytes", "rows_fit", "tc_target_blocks", "two_per_sm"]
+__all__ = ["OUT_MODES", "PARTIAL", "TC_SHARED", "TC_TWO_PER_SM_SHARED", "TWO_PER_SM_SHARED", "X_OPS", "SMS",
+           "GemvPlan", "Launch", "gemv_plan", "max_workspace_bytes", "rows_fit", "tc_target_blocks", "two_per_sm"]
 
 OUT_MODES = {"bf16": 0, "residual": 1, "f32": 2, "silu": 4}  # the `mode` argument of kernels/gemv.cu
 PARTIAL = 3  # mode: write fp32 partials of one K split
@@ -60,11 +61,15 @@ X_OPS = {"plain": 0, "rmsnorm": 1}  # the `x_op` argument of kernels/gemv.cu
 SMS = 132  # streaming multiprocessors of the H200
 TC_TILE = 64  # gemm_tc output tile edge (TC_M == TC_N in gemv.cu)
 MMA_ROWS = 16  # weight rows per gemv_mma block
-# gemv_mma and gemm_tc: unused dynamic shared memory that caps either at 2 blocks per SM (gemv_mma: 30 KiB of
-# static arrays + 48 KiB, a third block would need 3 x 79 KiB of the SM's 228, counting the 1 KiB per block the
-# driver reserves; gemm_tc: 36 KiB static, 3 x 85 KiB). A GPU test reads the occupancy back
-# (tests/test_kernels_proj.py::test_plans_blocks_per_sm), a CPU test checks it against ptxas -v.
+# gemv_mma: unused dynamic shared memory that caps it at 2 blocks per SM (30 KiB of static arrays + 48 KiB, a third
+# block would need 3 x 79 KiB of the SM's 228, counting the 1 KiB per block the driver reserves). A GPU test reads
+# the occupancy back (tests/test_kernels_proj.py::test_plans_blocks_per_sm), a CPU test checks it against ptxas -v.
 TWO_PER_SM_SHARED = 48 * 1024
+# gemm_tc: its pipeline's dynamic shared memory (TC_STAGES x (x tile + W tile), rows padded to 72 elements; 4
+# blocks per SM, as its registers allow), and the larger request that caps it at 2 (3 x 81 KiB > 228 KiB).
+TC_STAGES = 3
+TC_SHARED = TC_STAGES * 2 * TC_TILE * (TC_TILE + 8) * 2
+TC_TWO_PER_SM_SHARED = 80 * 1024
 REDUCE_THREADS = 256
 GEMV_WARPS_PER_SM = 24  # gemv: warps per SM in its one wave (3 blocks x 8 warps; see GEMV_THREE_PER_SM_SHARED)
 # gemv: dynamic shared bytes at least, so an SM holds 3 of its blocks, not the 4 its registers allow (4 x 59 KiB
@@ -116,32 +121,40 @@ class GemvPlan:
     parts: int = 1  # gemv: warps per weight row (its `parts` argument)
 
     def launches(self, y, x, w, workspace, B: int, N: int, K: int, norm=None, eps: float = 0.0,
-                 positions=None) -> list[Launch]:
+                 positions=None, inv=None) -> list[Launch]:
         """The launches, in order, with every argument of each kernel filled in.
 
-        ``y``, ``x``, ``w``, ``workspace``, ``norm``, ``positions`` are whatever the launcher accepts as pointers
-        (buffers or ints); ``workspace`` may be None when ``splits == 1``; ``norm [K]`` and ``eps`` serve ``x_op ==
-        "rmsnorm"``. ``positions`` (int32 ``[B]``, None: every row active)
-        marks inactive rows (``< 0``): they read no input and come out as zeros (``"residual"``: y unchanged).
+        ``y``, ``x``, ``w``, ``workspace``, ``norm``, ``positions``, ``inv`` are whatever the launcher accepts as
+        pointers (buffers or ints); ``workspace`` may be None when ``splits == 1``; ``norm [K]`` and ``eps`` serve
+        ``x_op == "rmsnorm"``. ``positions`` (int32 ``[B]``, None: every row active) marks inactive rows (``< 0``):
+        they read no input and come out as zeros (``"residual"``: y unchanged). ``inv`` (fp32 ``[B]``) lets an
+        rmsnorm-fused ``gemm_tc`` take its row scales from a ``row_rms`` launch before it (once per row) instead
+        of computing them in every block (the same bits).
         """
         if self.x_op == X_OPS["rmsnorm"] and norm is None:
             raise ValueError("an rmsnorm-fused projection needs the norm weight")
         positions = 0 if positions is None else positions
         main = dict(x=x, w=w, norm=0 if norm is None else norm, positions=positions, B=B, N=N, K=K,
                     k_chunk=self.k_chunk, eps=eps, x_op=self.x_op)
+        pre = []
         if self.kernel in ("gemv", "gemv_rows"):
             main["parts"] = self.parts
+        elif self.kernel == "gemm_tc":
+            rms = inv is not None and self.x_op == X_OPS["rmsnorm"]
+            main["inv"] = inv if rms else 0
+            if rms:
+                pre = [Launch("row_rms", (math.ceil(B / 4), 1, 1), (128, 1, 1), 0,
+                              dict(inv=inv, x=x, positions=positions, B=B, K=K, eps=eps))]
         if self.splits == 1:
-            return [Launch(self.kernel, self.grid, self.block, self.shared,
-                           dict(y=y, mode=self.mode, **main))]
+            return pre + [Launch(self.kernel, self.grid, self.block, self.shared, dict(y=y, mode=self.mode, **main))]
         if workspace is None:
             raise ValueError(f"this plan splits K {self.splits} ways and needs a workspace of "
                              f"{self.workspace_bytes} bytes")
-        return [Launch(self.kernel, self.grid, self.block, self.shared,
-                       dict(y=workspace, mode=PARTIAL, **main)),
-                Launch("splitk_reduce", self.reduce_grid, (REDUCE_THREADS, 1, 1), 0,
-                       dict(y=y, partial=workspace, positions=positions, B=B, N=N, splits=self.splits,
-                            mode=self.out_mode))]
+        return pre + [Launch(self.kernel, self.grid, self.block, self.shared,
+                             dict(y=workspace, mode=PARTIAL, **main)),
+                      Launch("splitk_reduce", self.reduce_grid, (REDUCE_THREADS, 1, 1), 0,
+                             dict(y=y, partial=workspace, positions=positions, B=B, N=N, splits=self.splits,
+                                  mode=self.out_mode))]
 
 
 def _splits(blocks: int, K: int, target: int, min_chunk: int, force: int | None) -> tuple[int, int]:
@@ -257,8 +270,7 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         block, tm, tn = (128, 1, 1), math.ceil(B / TC_TILE), math.ceil(N / TC_TILE)
         splits, k_chunk = _splits(tm * tn, K, tc_target_blocks(B), 256, splits)
         grid = (tm, tn, splits)
-        if two_per_sm(B, tm * tn * splits):
-            shared = TWO_PER_SM_SHARED
+        shared = TC_TWO_PER_SM_SHARED if two_per_sm(B, tm * tn * splits) else TC_SHARED
     else:
         raise ValueError(f"unknown gemv kernel {kernel!r}; one of gemv, gemv_rows, gemv_mma, gemm_tc")
     mode = OUT_MODES[out]
