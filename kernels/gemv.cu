@@ -153,15 +153,39 @@ __device__ __forceinline__ uint4 load_x8(const bf16* __restrict__ x, const bf16*
     return float_to_bf16x8(f);
 }
 
+// ss plus the squares of eight bf16 elements, in order.
+__device__ __forceinline__ float sumsq8(const uint4& v, float ss) {
+    float f[8];
+    bf16x8_to_float(v, f);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) ss += f[j] * f[j];
+    return ss;
+}
+
 // Sum of squares of this lane's share of row x[b, 0:K) (lanes of `lanes` threads starting at index `t`).
 __device__ __forceinline__ float row_sumsq(const bf16* __restrict__ x, int b, int K, int t, int lanes) {
     float ss = 0.0f;
-    for (int i = t * 8; i < K; i += lanes * 8) {
-        float f[8];
-        bf16x8_to_float(__ldg(reinterpret_cast<const uint4*>(x + (size_t)b * K + i)), f);
+    for (int i = t * 8; i < K; i += lanes * 8)
+        ss = sumsq8(__ldg(reinterpret_cast<const uint4*>(x + (size_t)b * K + i)), ss);
+    return ss;
+}
+
+// row_sumsq for a warp (lanes 0-31), with eight of a lane's loads issued before their squares are added: a warp's
+// pass over a long row waits one L2 round trip per 8 loads instead of one per load (K = 2048: 8 loads a lane, so
+// row_rms went from 8 round trips to 1). The same sums in the same order as row_sumsq(x, b, K, lane, 32).
+__device__ __forceinline__ float warp_row_sumsq(const bf16* __restrict__ x, int b, int K, int lane) {
+    const uint4* row = reinterpret_cast<const uint4*>(x + (size_t)b * K);
+    const int n = K / 8;  // 16-byte loads in the row
+    float ss = 0.0f;
+    int i = lane;
+    for (; i + 7 * 32 < n; i += 8 * 32) {
+        uint4 v[8];
 #pragma unroll
-        for (int j = 0; j < 8; ++j) ss += f[j] * f[j];
+        for (int u = 0; u < 8; ++u) v[u] = __ldg(row + i + u * 32);
+#pragma unroll
+        for (int u = 0; u < 8; ++u) ss = sumsq8(v[u], ss);
     }
+    for (; i < n; i += 32) ss = sumsq8(__ldg(row + i), ss);
     return ss;
 }
 
@@ -183,7 +207,7 @@ __device__ __forceinline__ void rows_scale(float* scale_s, const bf16* __restric
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     for (int r = warp; r < rows; r += nwarps) {
         if (scale_s[r] == 0.0f) continue;  // warp-uniform
-        const float ss = warp_sum(row_sumsq(x, b0 + r, K, lane, 32));
+        const float ss = warp_sum(warp_row_sumsq(x, b0 + r, K, lane));
         __syncwarp();  // every lane's read of scale_s[r] above is ordered before lane 0 overwrites it (racecheck)
         if (lane == 0) scale_s[r] = rsqrtf(ss / (float)K + eps);
     }
@@ -273,7 +297,7 @@ extern "C" __global__ void __launch_bounds__(128) row_rms(float* __restrict__ in
     const bool on = b < B && row_active(positions, b);  // before the wait (pdl.cuh)
     pdl_begin();
     if (b >= B) return;
-    const float ss = on ? warp_sum(row_sumsq(x, b, K, lane, 32)) : 0.0f;
+    const float ss = on ? warp_sum(warp_row_sumsq(x, b, K, lane)) : 0.0f;
     if (lane == 0) inv[b] = on ? rsqrtf(ss / (float)K + eps) : 0.0f;
 }
 
