@@ -38,7 +38,7 @@
 //   more only to cap blocks per SM); OUT_SILU: a tile holds 32 gate rows and their 32 up rows (same grid)
 // splitk_reduce: y = epilogue(sum_{s < splits} partial[s]) in fixed order (bit-identical run to run).
 //   grid = (ceil(B * N / 256),) (OUT_SILU: ceil(B * N / 2 / 256)), block = (256,), shared = 0
-// row_rms: the X_RMSNORM scale of each row, once, for gemm_tc (see "row_rms:" below).
+// rms_input: X_RMSNORM's input rows, once, for gemm_tc to multiply as stored (see "rms_input:" below).
 //
 // x_op selects the input the projection multiplies (gemv, gemv_mma, gemm_tc; fuses the kernel before it):
 //   0 X_PLAIN    x [B, K] bf16 as stored
@@ -53,8 +53,6 @@
 //   positions int32 [B] (may be null), B, N, K int32 (K % 8 == 0, pointers 16-byte aligned), k_chunk int32:
 //   K elements per split (a multiple of 8; split s covers [s * k_chunk, min(K, (s + 1) * k_chunk))), mode int32,
 //   eps float (X_RMSNORM), x_op int32.
-//   gemm_tc also takes inv fp32 [B] last: X_RMSNORM's row scales as row_rms wrote them, or null (computed by every
-//   block itself).
 //   splitk_reduce: partial [splits, B, N] fp32, positions, B, N, splits int32, mode 0/1/2/4.
 #include "common.cuh"
 #include "pdl.cuh"
@@ -171,8 +169,7 @@ __device__ __forceinline__ float row_sumsq(const bf16* __restrict__ x, int b, in
 }
 
 // row_sumsq for a warp (lanes 0-31), with eight of a lane's loads issued before their squares are added: a warp's
-// pass over a long row waits one L2 round trip per 8 loads instead of one per load (K = 2048: 8 loads a lane, so
-// row_rms went from 8 round trips to 1). The same sums in the same order as row_sumsq(x, b, K, lane, 32).
+// pass over a long row waits one L2 round trip per 8 loads instead of one per load (K = 2048: 8 loads a lane). The same sums in the same order as row_sumsq(x, b, K, lane, 32).
 __device__ __forceinline__ float warp_row_sumsq(const bf16* __restrict__ x, int b, int K, int lane) {
     const uint4* row = reinterpret_cast<const uint4*>(x + (size_t)b * K);
     const int n = K / 8;  // 16-byte loads in the row
@@ -285,20 +282,25 @@ __device__ __forceinline__ void mma_bf16_16816(float d[4], const unsigned a[4], 
 
 __device__ __forceinline__ unsigned lds32(const bf16* p) { return *reinterpret_cast<const unsigned*>(p); }
 
-// row_rms: inv[b] = 1 / sqrt(mean(x[b]^2) + eps) for an active row (positions[b] >= 0 or positions null), 0 for an
-// inactive one: gemm_tc's X_RMSNORM scales, computed once per row instead of by every block of its grid (each of
-// which read all 64 rows x K of x from L2 for them: at B = 64 and K = 2048, 256 KB per block). One warp per row,
-// the sum rows_scale makes (the same bits). grid = (ceil(B / 4),), block = (128,). Arguments: inv fp32 [B],
-// x bf16 [B, K], positions int32 [B] (may be null), B, K, eps.
-extern "C" __global__ void __launch_bounds__(128) row_rms(float* __restrict__ inv, const bf16* __restrict__ x,
-                                                          const int* __restrict__ positions, int B, int K,
-                                                          float eps) {
+// rms_input: h[b] = X_RMSNORM's input row, bf16(x[b] * inv_rms(x[b]) * norm), for each active row (positions[b] >= 0
+// or positions null; other rows are not written): gemm_tc then multiplies h as stored (X_PLAIN) instead of every
+// block of its grid computing the rows' scales (each read all 64 rows x K of x from L2 for them: at B = 64 and
+// K = 2048, 256 KB per block) and normalising each x tile it loads. One warp per row, with rows_scale's sum and
+// rmsnorm_x8's rounding: the same bits gemm_tc's X_RMSNORM multiplies. grid = (ceil(B / 4),), block = (128,).
+// Arguments: h bf16 [B, K], x bf16 [B, K], norm bf16 [K], positions int32 [B] (may be null), B, K, eps.
+extern "C" __global__ void __launch_bounds__(128) rms_input(bf16* __restrict__ h, const bf16* __restrict__ x,
+                                                            const bf16* __restrict__ norm,
+                                                            const int* __restrict__ positions, int B, int K,
+                                                            float eps) {
     const int b = blockIdx.x * 4 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     const bool on = b < B && row_active(positions, b);  // before the wait (pdl.cuh)
     pdl_begin();
-    if (b >= B) return;
-    const float ss = on ? warp_sum(warp_row_sumsq(x, b, K, lane)) : 0.0f;
-    if (lane == 0) inv[b] = on ? rsqrtf(ss / (float)K + eps) : 0.0f;
+    if (!on) return;
+    const float inv = rsqrtf(warp_sum(warp_row_sumsq(x, b, K, lane)) / (float)K + eps);
+    const uint4* row = reinterpret_cast<const uint4*>(x + (size_t)b * K);
+    uint4* out = reinterpret_cast<uint4*>(h + (size_t)b * K);
+    for (int i = lane; i < K / 8; i += 32)
+        out[i] = rmsnorm_x8(__ldg(row + i), __ldg(reinterpret_cast<const uint4*>(norm) + i), inv);
 }
 
 // gemm_tc's pipeline: TC_STAGES K tiles of x and W in flight per block through cp.async (TC_STAGES - 1 ahead of
@@ -311,8 +313,7 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
                                                           const bf16* __restrict__ w,
                                                           const bf16* __restrict__ norm,
                                                           const int* __restrict__ positions, int B, int N, int K,
-                                                          int k_chunk, int mode, float eps, int x_op,
-                                                          const float* __restrict__ inv) {
+                                                          int k_chunk, int mode, float eps, int x_op) {
     __shared__ float scale_s[TC_M];
     extern __shared__ __align__(16) unsigned char tc_raw[];
     bf16* stages = reinterpret_cast<bf16*>(tc_raw);  // [TC_STAGES][x tile | W tile]: [2][64][TC_LD] each
@@ -335,14 +336,7 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
         if (s < tiles) w_tile_async(stages + (2 * s + 1) * TC_TILE_ELEMS, w, n0, rows, half, K, k0 + s * TC_K, k1);
     cp_async_commit();
     pdl_begin();
-    if (x_op == X_RMSNORM && inv != nullptr) {  // row_rms computed the rows' scales once (read after the wait)
-        __syncthreads();
-        for (int r = threadIdx.x; r < TC_M; r += blockDim.x)
-            if (scale_s[r] != 0.0f) scale_s[r] = inv[m0 + r];
-        __syncthreads();
-    } else {
-        rows_scale(scale_s, x, x_op, m0, TC_M, K, eps);
-    }
+    rows_scale(scale_s, x, x_op, m0, TC_M, K, eps);
     float sc[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) sc[i] = scale_s[(threadIdx.x + i * 128) / 8];

@@ -80,7 +80,7 @@ class AllReduce:
 
 Step = list[Launch | AllReduce]
 _ADD_THREADS = 256  # splitk_reduce takes any block size
-_SUFFIX = {"row_rms": ".rms", "splitk_reduce": ".reduce"}  # a projection's extra launches, by kernel
+_SUFFIX = {"rms_input": ".rms", "splitk_reduce": ".reduce"}  # a projection's extra launches, by kernel
 
 
 @dataclass(frozen=True)
@@ -213,7 +213,7 @@ class DecodeModel:
         if self.comm is not None:
             self.partial = new((B, D), np.float32)            # [B, D] row-parallel partial sums (all-reduced)
         self.next_tokens = new(B, np.int32)                   # [B] greedy output
-        self.row_inv = new(B, np.float32)                     # [B] row_rms: the next projection's RMSNorm scales
+        self.normed = new((B, D), BF16)                       # [B, D] rms_input: the next projection's input
         shapes = [(qkv_dim, D), (D, H * hd), (2 * F, D), (D, F), (V, D)]
         sizes = range(1, B + 1)
         self.workspace = new(max(max_workspace_bytes(sizes, shapes), 4), np.uint8)
@@ -251,7 +251,7 @@ class DecodeModel:
         def linear(name, y, x, w, N, K, mode="bf16", x_op="plain", norm=None):  # y[B, N] (mode) op(x) @ w[N, K]^T
             plan = gemv_plan(B, N, K, mode, x_op=x_op)
             for ln in plan.launches(y, x, w, self.workspace, B, N, K, norm, c.rms_norm_eps, self.positions,
-                                    self.row_inv):
+                                    self.normed):
                 launch(name + _SUFFIX.get(ln.kernel, ""), ln.kernel, LaunchShape(ln.grid, ln.block, ln.shared),
                        **ln.args)
 

@@ -121,15 +121,15 @@ class GemvPlan:
     parts: int = 1  # gemv: warps per weight row (its `parts` argument)
 
     def launches(self, y, x, w, workspace, B: int, N: int, K: int, norm=None, eps: float = 0.0,
-                 positions=None, inv=None) -> list[Launch]:
+                 positions=None, normed=None) -> list[Launch]:
         """The launches, in order, with every argument of each kernel filled in.
 
-        ``y``, ``x``, ``w``, ``workspace``, ``norm``, ``positions``, ``inv`` are whatever the launcher accepts as
+        ``y``, ``x``, ``w``, ``workspace``, ``norm``, ``positions``, ``normed`` are whatever the launcher accepts as
         pointers (buffers or ints); ``workspace`` may be None when ``splits == 1``; ``norm [K]`` and ``eps`` serve
         ``x_op == "rmsnorm"``. ``positions`` (int32 ``[B]``, None: every row active) marks inactive rows (``< 0``):
-        they read no input and come out as zeros (``"residual"``: y unchanged). ``inv`` (fp32 ``[B]``) lets an
-        rmsnorm-fused ``gemm_tc`` take its row scales from a ``row_rms`` launch before it (once per row) instead
-        of computing them in every block (the same bits).
+        they read no input and come out as zeros (``"residual"``: y unchanged). ``normed`` (bf16 ``[B, K]``) lets an
+        rmsnorm-fused ``gemm_tc`` multiply rows an ``rms_input`` launch before it normalised once (the same bits)
+        instead of normalising them in every block.
         """
         if self.x_op == X_OPS["rmsnorm"] and norm is None:
             raise ValueError("an rmsnorm-fused projection needs the norm weight")
@@ -139,12 +139,10 @@ class GemvPlan:
         pre = []
         if self.kernel in ("gemv", "gemv_rows"):
             main["parts"] = self.parts
-        elif self.kernel == "gemm_tc":
-            rms = inv is not None and self.x_op == X_OPS["rmsnorm"]
-            main["inv"] = inv if rms else 0
-            if rms:
-                pre = [Launch("row_rms", (math.ceil(B / 4), 1, 1), (128, 1, 1), 0,
-                              dict(inv=inv, x=x, positions=positions, B=B, K=K, eps=eps))]
+        elif self.kernel == "gemm_tc" and normed is not None and self.x_op == X_OPS["rmsnorm"]:
+            pre = [Launch("rms_input", (math.ceil(B / 4), 1, 1), (128, 1, 1), 0,
+                          dict(h=normed, x=x, norm=norm, positions=positions, B=B, K=K, eps=eps))]
+            main.update(x=normed, norm=0, x_op=X_OPS["plain"])
         if self.splits == 1:
             return pre + [Launch(self.kernel, self.grid, self.block, self.shared, dict(y=y, mode=self.mode, **main))]
         if workspace is None:
