@@ -34,7 +34,7 @@
 //   a 64 (batch) x 64 (weight rows) tile and one K range; 64-wide K tiles of x and W stream through a
 //   TC_STAGES-deep cp.async pipeline in shared memory (the first W tiles issued before the PDL wait; X_RMSNORM
 //   applied in place to each landed x tile).
-//   grid = (ceil(B / 64), ceil(N / 64), splits), block = (128,) exactly, dynamic shared >= TC_SHARED bytes (73728;
+//   grid = (ceil(B / 64), ceil(N / 64), splits), block = (128,) exactly, dynamic shared >= TC_SHARED bytes (55296;
 //   more only to cap blocks per SM); OUT_SILU: a tile holds 32 gate rows and their 32 up rows (same grid)
 // splitk_reduce: y = epilogue(sum_{s < splits} partial[s]) in fixed order (bit-identical run to run).
 //   grid = (ceil(B * N / 256),) (OUT_SILU: ceil(B * N / 2 / 256)), block = (256,), shared = 0
@@ -169,7 +169,8 @@ __device__ __forceinline__ float row_sumsq(const bf16* __restrict__ x, int b, in
 }
 
 // row_sumsq for a warp (lanes 0-31), with eight of a lane's loads issued before their squares are added: a warp's
-// pass over a long row waits one L2 round trip per 8 loads instead of one per load (K = 2048: 8 loads a lane). The same sums in the same order as row_sumsq(x, b, K, lane, 32).
+// pass over a long row waits one L2 round trip per 8 loads instead of one per load (K = 2048: 8 loads a lane). The
+// same sums in the same order as row_sumsq(x, b, K, lane, 32).
 __device__ __forceinline__ float warp_row_sumsq(const bf16* __restrict__ x, int b, int K, int lane) {
     const uint4* row = reinterpret_cast<const uint4*>(x + (size_t)b * K);
     const int n = K / 8;  // 16-byte loads in the row

@@ -194,9 +194,9 @@ class KernelArgs:
 
     ``address`` is the address of the ``void*[]`` the driver reads. Pointer fields keep a reference to the
     object they point into (a buffer, a CuPy array) so it cannot be freed while this block may be launched.
-    A block and its ``void*[]`` are one ctypes buffer, filled by one ``struct`` call: building a block is on the
-    path of every captured launch and every explicit node (H200 host, 5-argument kernel: 20 us to build and 5 us
-    to copy with a converter call and a slice write per field and two ctypes buffers).
+    A block and its ``void*[]`` are one ctypes buffer, filled by one ``struct`` call: building and copying blocks
+    is on the path of every captured launch and every explicit node (H200 host, 350 axpb blocks: built in 7.1 ms and
+    copied in 1.8 with a converter call and a slice write per field and two ctypes buffers; 2.7 and 1.0 ms so).
     """
 
     __slots__ = ("signature", "_values", "_buf", "_mv", "_pin", "_layout", "refs", "address")
