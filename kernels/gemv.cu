@@ -170,7 +170,8 @@ __device__ __forceinline__ float row_sumsq(const bf16* __restrict__ x, int b, in
 
 // row_sumsq for a warp (lanes 0-31), with eight of a lane's loads issued before their squares are added: a warp's
 // pass over a long row waits one L2 round trip per 8 loads instead of one per load (K = 2048: 8 loads a lane). The
-// same sums in the same order as row_sumsq(x, b, K, lane, 32).
+// same sums in the same order as row_sumsq(x, b, K, lane, 32). Not merged into row_sumsq: that changed the SASS of
+// gemv and gemv_rows (stage_x, the B = 1-3 path), whose loop runs once per thread at K = 2048.
 __device__ __forceinline__ float warp_row_sumsq(const bf16* __restrict__ x, int b, int K, int lane) {
     const uint4* row = reinterpret_cast<const uint4*>(x + (size_t)b * K);
     const int n = K / 8;  // 16-byte loads in the row
@@ -287,7 +288,8 @@ __device__ __forceinline__ unsigned lds32(const bf16* p) { return *reinterpret_c
 // or positions null; other rows are not written): gemm_tc then multiplies h as stored (X_PLAIN) instead of every
 // block of its grid computing the rows' scales (each read all 64 rows x K of x from L2 for them: at B = 64 and
 // K = 2048, 256 KB per block) and normalising each x tile it loads. One warp per row, with rows_scale's sum and
-// rmsnorm_x8's rounding: the same bits gemm_tc's X_RMSNORM multiplies. grid = (ceil(B / 4),), block = (128,).
+// rmsnorm_x8's rounding: the same bits gemm_tc's X_RMSNORM multiplies (rmsnorm.cu's kernel sums a row over a block
+// in another order and takes no positions, so it is not used here). grid = (ceil(B / 4),), block = (128,).
 // Arguments: h bf16 [B, K], x bf16 [B, K], norm bf16 [K], positions int32 [B] (may be null), B, K, eps.
 extern "C" __global__ void __launch_bounds__(128) rms_input(bf16* __restrict__ h, const bf16* __restrict__ x,
                                                             const bf16* __restrict__ norm,
