@@ -284,12 +284,19 @@ __device__ __forceinline__ void mma_bf16_16816(float d[4], const unsigned a[4], 
 
 __device__ __forceinline__ unsigned lds32(const bf16* p) { return *reinterpret_cast<const unsigned*>(p); }
 
+// Four 8 x 8 bf16 matrices from shared memory, one row address per lane (lanes 8m..8m+7: rows of matrix m); lane
+// (g, t) gets row g, columns 2t, 2t + 1 of each (PTX ISA: ldmatrix): the mma.m16n8k16 fragment layout.
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const bf16* row) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+
 // rms_input: h[b] = X_RMSNORM's input row, bf16(x[b] * inv_rms(x[b]) * norm), for each active row (positions[b] >= 0
 // or positions null; other rows are not written): gemm_tc then multiplies h as stored (X_PLAIN) instead of every
 // block of its grid computing the rows' scales (each read all 64 rows x K of x from L2 for them: at B = 64 and
 // K = 2048, 256 KB per block) and normalising each x tile it loads. One warp per row, with rows_scale's sum and
-// rmsnorm_x8's rounding: the same bits gemm_tc's X_RMSNORM multiplies (rmsnorm.cu's kernel sums a row over a block
-// in another order and takes no positions, so it is not used here). grid = (ceil(B / 4),), block = (128,).
+// rmsnorm_x8's rounding: the same bits gemm_tc's X_RMSNORM multiplies. grid = (ceil(B / 4),), block = (128,).
 // Arguments: h bf16 [B, K], x bf16 [B, K], norm bf16 [K], positions int32 [B] (may be null), B, K, eps.
 extern "C" __global__ void __launch_bounds__(128) rms_input(bf16* __restrict__ h, const bf16* __restrict__ x,
                                                             const bf16* __restrict__ norm,
@@ -382,20 +389,21 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
         if (rms) __syncthreads();  // the normalised tile, before any warp reads another thread's chunks
 #pragma unroll
         for (int kk = 0; kk < TC_K; kk += 16) {
+            // ldmatrix: A (x rows) lanes 0-15 rows 0-15 at k, 16-31 the same rows at k + 8 -> a0..a3; B (W rows) lanes
+            // 0-7 / 8-15 n-tile j at k / k + 8, 16-31 n-tile j + 1 -> b[j][0..1], b[j + 1][0..1]. The registers are
+            // the lds32 loads' (rows g, g + 8, columns t2, t2 + 8), 4 instructions instead of 16.
             unsigned a[2][4], b[4][2];
 #pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                const bf16* p = xt + (wm + i * 16 + g) * TC_LD + kk + t2;
-                a[i][0] = lds32(p);
-                a[i][1] = lds32(p + 8 * TC_LD);
-                a[i][2] = lds32(p + 8);
-                a[i][3] = lds32(p + 8 * TC_LD + 8);
-            }
+            for (int i = 0; i < 2; ++i)
+                ldmatrix_x4(a[i], xt + (wm + i * 16 + (lane & 15)) * TC_LD + kk + (lane >> 4) * 8);
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const bf16* p = wt + (wn + j * 8 + g) * TC_LD + kk + t2;
-                b[j][0] = lds32(p);
-                b[j][1] = lds32(p + 8);
+            for (int j = 0; j < 4; j += 2) {
+                unsigned r[4];
+                ldmatrix_x4(r, wt + (wn + j * 8 + (lane & 7) + (lane >> 4) * 8) * TC_LD + kk + ((lane >> 3) & 1) * 8);
+                b[j][0] = r[0];
+                b[j][1] = r[1];
+                b[j + 1][0] = r[2];
+                b[j + 1][1] = r[3];
             }
 #pragma unroll
             for (int i = 0; i < 2; ++i)
