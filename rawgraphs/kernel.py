@@ -206,16 +206,21 @@ class KernelArgs:
         self.signature, self._layout, self._pin = signature, lay, None
         values = _bind(signature, lay.names, args, kwargs)
         raws, self.refs = _convert_all(signature.name, lay, values)
-        buf = lay.buffer()
-        base = ctypes.addressof(buf)
+        base = self._own_buffer(lay)
         try:
-            lay.whole.pack_into(buf, 0, *raws, *[base + o for o in lay.offsets])
+            lay.whole.pack_into(self._buf, 0, *raws, *[base + o for o in lay.offsets])
         except (struct.error, OverflowError):  # out of range: let the field's own check say which and why
-            for name, typ in lay.types:
+            for name, typ, _ in lay.types:
                 struct.pack(lay.fields[name][1], convert_arg(signature.name, name, typ, values[name])[0])
             raise
-        self._buf, self._mv, self.address = buf, memoryview(buf).cast("B")[:lay.size], base + lay.ptr_at
         self._values = values
+
+    def _own_buffer(self, lay: _Layout) -> int:
+        """Give the block a fresh zeroed buffer of its own; returns the buffer's address."""
+        buf = lay.buffer()
+        base = ctypes.addressof(buf)
+        self._buf, self._mv, self.address = buf, memoryview(buf).cast("B")[:lay.size], base + lay.ptr_at
+        return base
 
     def set(self, **named) -> None:
         """Rewrite the named fields in place (type- and range-checked before any byte changes)."""
@@ -294,11 +299,9 @@ class KernelArgs:
         lay = self._layout
         new = KernelArgs.__new__(KernelArgs)
         new.signature, new._layout, new._pin = self.signature, lay, None
-        buf = lay.buffer()
-        base = ctypes.addressof(buf)
-        new._buf, new._mv, new.address = buf, memoryview(buf).cast("B")[:lay.size], base + lay.ptr_at
+        base = new._own_buffer(lay)
         new._mv[:] = self._mv
-        lay.words.pack_into(buf, lay.ptr_at, *[base + o for o in lay.offsets])
+        lay.words.pack_into(new._buf, lay.ptr_at, *[base + o for o in lay.offsets])
         new._values, new.refs = dict(self._values), dict(self.refs)
         return new
 
@@ -329,7 +332,7 @@ class _Layout:
         self.words = struct.Struct("<" + "Q" * words)
         self.buffer = ctypes.c_char * (self.ptr_at + 8 * max(words, 1))  # a zeroed buffer when called
         self.names = sig.names
-        self.types = tuple((p.name, p.type) for p in sig.params)
+        self.types = tuple((p.name, p.type, p.type in ("f32", "f64")) for p in sig.params)  # (name, type, float)
         self.fields = {p.name: (p.type, "<" + _FORMATS[p.type], o) for p, o in zip(sig.params, offsets)}
 
 
@@ -371,18 +374,18 @@ def _convert_all(kernel: str, lay: _Layout, values: dict) -> tuple[list, dict]:
     """(raw values in field order, {name: object to keep alive}): the common types inline, anything else (and
     every error) through :func:`convert_arg`; integer ranges are checked by the pack that follows."""
     raws, refs = [], {}
-    for name, typ in lay.types:
+    for name, typ, flt in lay.types:
         v = values[name]
         t = type(v)
-        if t is int and typ != "f32" and typ != "f64":
+        if t is int and not flt:
             raws.append(v)
+            refs[name] = None
+        elif flt and (t is float or t is int):
+            raws.append(float(v))
             refs[name] = None
         elif typ == "ptr" and isinstance(v, _Array):
             raws.append(int(v))
             refs[name] = v
-        elif (t is float or t is int) and (typ == "f32" or typ == "f64"):
-            raws.append(float(v))
-            refs[name] = None
         else:
             raw, refs[name] = convert_arg(kernel, name, typ, v)
             raws.append(raw)
