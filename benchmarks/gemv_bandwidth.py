@@ -70,10 +70,12 @@ def time_case(mod, spin, stream, name: str, N: int, K: int, out: str, B: int, re
     y = DeviceBuffer((B, N), np.float32 if out == "f32" else ml_dtypes.bfloat16)  # [B, N]
     y.zero(stream)
     work = DeviceBuffer((max(plan.workspace_bytes, 1),), np.uint8)
+    counters = DeviceBuffer((max(plan.counters, 1),), np.int32)  # gemm_tc's split merge: zeros, kept zero
+    counters.zero(stream)
     device().synchronize()  # the pageable upload of x has landed
     # Packed argument blocks per weight copy, built once: the timed loop only launches.
     steps = [[(mod.kernel(s.kernel), s.grid, s.block, s.shared, s.args)
-              for s in plan.launches(y, x, w, work, B, N, K)] for w in ws]
+              for s in plan.launches(y, x, w, work, B, N, K, counters=counters)] for w in ws]
     steps = [[(k, LaunchShape(g, b, sh), LaunchShape(g, b, sh, pdl=True), k.args(**args))
               for k, g, b, sh, args in launches] for launches in steps]
 

@@ -32,11 +32,11 @@ fi
 if [ "$PART" = race ] || [ "$PART" = all ]; then
   # Every kernel once, at small shapes: test_gemv[99-40] runs gemv, gemv_mma, gemm_tc and splitk_reduce at every B;
   # any_grid 64-9000 wraps gemv's cp.async rings; inactive 768-2048 runs gemm_tc's cp.async pipeline over 32 K tiles,
-  # plain and with X_RMSNORM applied to each landed tile.
+  # plain and with X_RMSNORM applied to each landed tile; merges 98-200 gemm_tc's in-kernel split-K merge.
   # (The keyword selection of sessions 9-10 also matched the 1b-sized silu and any-grid tests and ran past 150 s.)
   RACE_DEFAULT="(embedding and 512-64) or (rmsnorm_and and 768-37) or (silu_mul and 192) or (gemv_silu and 198-40)"
   RACE_DEFAULT="$RACE_DEFAULT or (test_gemv and 99-40) or (any_grid and (98-40 or 64-9000))"
-  RACE_DEFAULT="$RACE_DEFAULT or (inactive and (98-40 or 768-2048-plain or 768-2048-rmsnorm))"
+  RACE_DEFAULT="$RACE_DEFAULT or (inactive and (98-40 or 768-2048-plain or 768-2048-rmsnorm)) or (merges and 98-200)"
   RACE_DEFAULT="$RACE_DEFAULT or (argmax and 5-32001) or (sample and 2-1001) or 37-4-2 or 3-6-2 or 3-16-2-128"
   timeout 540 compute-sanitizer --tool racecheck --error-exitcode 7 python3 -m pytest -q -m gpu \
     tests/test_kernels_proj.py tests/test_kernels_attn.py -p no:cacheprovider -k "${RACECHECK_K:-$RACE_DEFAULT}" \

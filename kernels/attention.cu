@@ -370,19 +370,7 @@ __device__ __forceinline__ void attention_block(
     if (direct || counters == nullptr) return;
 
     // Fused combine: the last of the row's n_used blocks merges (threadFenceReduction pattern).
-    __shared__ int is_last;
-    // The block's partials are ordered before thread 0's acq_rel count by the barrier (the cooperative-groups
-    // grid-sync pattern: one fence per block, not per thread), and the other blocks' partials after it.
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int* counter = counters + (long long)b * gridDim.y + blockIdx.y;
-        int old;
-        asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], 1;" : "=r"(old) : "l"(counter) : "memory");
-        is_last = old == n_used - 1;
-        if (is_last) *counter = 0;  // every other block of the row has counted: reset for the next launch
-    }
-    __syncthreads();
-    if (!is_last) return;
+    if (!last_block_of(counters + (long long)b * gridDim.y + blockIdx.y, n_used)) return;
     for (int e = threadIdx.x; e < G * HD; e += blockDim.x) {
         const int g = e / HD, d = e % HD;
         const long long bh = (long long)b * n_heads + h0 + g;

@@ -68,3 +68,20 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
     v = lane < nwarps ? scratch[lane] : 0.0f;
     return warp_sum(v);
 }
+
+// Whether this block is the last of `arrivals` blocks to count on `counter` (block-uniform; every thread calls it,
+// after its global writes the last block is to read): the barrier orders the block's writes before thread 0's one
+// acq_rel count (the cooperative-groups grid-sync pattern: one fence per block, not per thread), and the other
+// blocks' writes before the last block's reads after it. The last block resets the counter to 0 for the next launch.
+__device__ __forceinline__ bool last_block_of(int* counter, int arrivals) {
+    __shared__ int is_last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int old;
+        asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], 1;" : "=r"(old) : "l"(counter) : "memory");
+        is_last = old == arrivals - 1;
+        if (is_last) *counter = 0;  // every other block has counted
+    }
+    __syncthreads();
+    return is_last;
+}

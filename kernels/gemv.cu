@@ -5,8 +5,9 @@
 //   0 OUT_BF16      y bf16 [B, N]            y = x @ W^T
 //   1 OUT_RESIDUAL  y bf16 [B, N] in place   y = y + x @ W^T   (residual add fused: o_proj, down_proj)
 //   2 OUT_F32       y fp32 [B, N]            y = x @ W^T       (LM head logits)
-//   3 OUT_PARTIAL   y fp32 [splits, B, N]    y[s] = partial sum over split s's K range (split-K;
-//                                            splitk_reduce then sums the splits in order and applies 0/1/2/4)
+//   3 OUT_PARTIAL   y fp32 [splits, B, N]    y[s] = partial sum over split s's K range (split-K of gemv:
+//                                            splitk_reduce then sums the splits in order and applies 0/1/2/4;
+//                                            gemv_mma and gemm_tc merge their splits in the kernel instead)
 //   4 OUT_SILU      y bf16 [B, N / 2]        the SwiGLU of a fused gate/up projection: weight rows n (gate) and
 //                                            n + N/2 (up) are computed together and y[b, n] = bf16(silu(g) * u)
 //                                            with g, u rounded to bf16 first (what OUT_BF16 would store, then
@@ -29,13 +30,20 @@
 // gemv_mma (2 <= B <= 16 otherwise; passes of 8 / 16 / 32 batch rows): GEMV on tensor cores, W streamed from global
 //   memory straight into mma.sync A fragments (8 x 16-byte loads in flight per lane), x^T as the B operand.
 //   grid = (ceil(N / 16), splits), block = (256,) exactly, shared = 0 or unused (static arrays); OUT_SILU: a block owns
-//   8 gate rows and their 8 up rows (same grid)
+//   8 gate rows and their 8 up rows (same grid). splits > 1 (but mode OUT_PARTIAL): the blocks write their sums to
+//   partial fp32 [splits, B, N] (OUT_PARTIAL's layout) and the last of a row block's splits to finish adds them in
+//   split order and stores y (splitk_reduce's bits, without its launch); extra arguments partial and counters int32
+//   [ceil(N / 16)] (zeros before the first launch, zeros again after each), may be null when splits == 1.
 // gemm_tc (B > 16): tiled skinny GEMM on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate). A block owns
 //   a 64 (batch) x 64 (weight rows) tile and one K range; 64-wide K tiles of x and W stream through a
 //   TC_STAGES-deep cp.async pipeline in shared memory (the first W tiles issued before the PDL wait; X_RMSNORM
 //   applied in place to each landed x tile).
 //   grid = (ceil(B / 64), ceil(N / 64), splits), block = (128,) exactly, dynamic shared >= TC_SHARED bytes (55296;
-//   more only to cap blocks per SM); OUT_SILU: a tile holds 32 gate rows and their 32 up rows (same grid)
+//   more only to cap blocks per SM); OUT_SILU: a tile holds 32 gate rows and their 32 up rows (same grid).
+//   splits > 1 (but mode OUT_PARTIAL): the last of a tile's blocks sums the splits' fp32 tiles and applies mode
+//   itself, as gemv_mma does (tc_merge_splits); extra arguments partial fp32 [tiles * splits * 64 * 64] and counters
+//   int32 [tiles] (tiles = ceil(B / 64) * ceil(N / 64); zeros before the first launch, zeros again after each),
+//   may be null when splits == 1.
 // splitk_reduce: y = epilogue(sum_{s < splits} partial[s]) in fixed order (bit-identical run to run).
 //   grid = (ceil(B * N / 256),) (OUT_SILU: ceil(B * N / 2 / 256)), block = (256,), shared = 0
 // rms_input: X_RMSNORM's input rows, once, for gemm_tc to multiply as stored (see "rms_input:" below).
@@ -47,7 +55,8 @@
 //
 // Inactive rows: positions int32 [B] (may be null: every row active); a row with positions[b] < 0 reads no
 //   input: OUT_BF16 / OUT_F32 / OUT_SILU store zeros for it, OUT_RESIDUAL leaves y as it is, OUT_PARTIAL writes nothing
-//   (splitk_reduce, given the same positions, skips the row too). Padding rows of a captured batch cost no reads.
+//   (splitk_reduce and the in-kernel merges, given the same positions, skip the row too). Padding rows of a captured
+//   batch cost no reads.
 //
 // Arguments: y (see mode), x (see x_op) bf16, w [N, K] bf16, norm [K] bf16 (X_RMSNORM; else may be null),
 //   positions int32 [B] (may be null), B, N, K int32 (K % 8 == 0, pointers 16-byte aligned), k_chunk int32:
@@ -100,15 +109,16 @@ __device__ __forceinline__ void store_row(void* y, int mode, int split, int B, i
     else if (mode == OUT_BF16 || mode == OUT_F32) store_out(y, mode, split, B, N, b, n, 0.0f);
 }
 
+// OUT_SILU's value for the sums g (gate row) and u (its up row): silu_mul.cu's math on their bf16 roundings.
+__device__ __forceinline__ float silu_of(float g, float u) {
+    g = __bfloat162float(__float2bfloat16(g));
+    u = __bfloat162float(__float2bfloat16(u));
+    return g / (1.0f + expf(-g)) * u;
+}
+
 // OUT_SILU's store: y[b, n] of bf16 [B, P] from the sums g (weight row n) and u (row n + P).
 __device__ __forceinline__ void store_silu(void* y, int P, int b, int n, float g, float u, bool active) {
-    float v = 0.0f;
-    if (active) {
-        g = __bfloat162float(__float2bfloat16(g));
-        u = __bfloat162float(__float2bfloat16(u));
-        v = g / (1.0f + expf(-g)) * u;
-    }
-    static_cast<bf16*>(y)[(size_t)b * P + n] = __float2bfloat16(v);
+    static_cast<bf16*>(y)[(size_t)b * P + n] = __float2bfloat16(active ? silu_of(g, u) : 0.0f);
 }
 
 // Output n of batch row b: store_row, or for OUT_SILU the pair (g, u) of weight rows n and n + N/2.
@@ -116,6 +126,33 @@ __device__ __forceinline__ void store_unit(void* y, int mode, int split, int B, 
                                            float u, bool active) {
     if (mode == OUT_SILU) store_silu(y, N / 2, b, n, g, u, active);
     else store_row(y, mode, split, B, N, b, n, g, active);
+}
+
+// A split's sums for output n of row b into partial [splits, B, N] (OUT_PARTIAL's layout; OUT_SILU's pair: g at
+// n, u at n + half), for reduce_unit; inactive rows write nothing.
+__device__ __forceinline__ void store_split(float* partial, int split, int B, int N, int b, int n, int half, float g,
+                                            float u, bool active) {
+    if (!active) return;
+    store_out(partial, OUT_PARTIAL, split, B, N, b, n, g);
+    if (half) store_out(partial, OUT_PARTIAL, split, B, N, b, n + half, u);
+}
+
+// Output n of row b (mode; OUT_SILU: the pair n, n + N/2) from the splits' sums in partial [splits, B, N], added in
+// split order (bit-identical run to run). L2 loads (__ldcg): a merging block reads what its launch's blocks wrote.
+// OUT_RESIDUAL's y is loaded before the sums, so its round trip overlaps theirs (store_out's bits).
+__device__ __forceinline__ void reduce_unit(void* y, const float* __restrict__ partial, int B, int N, int splits,
+                                            int mode, int b, int n, bool active) {
+    const size_t total = (size_t)B * N, i = (size_t)b * N + n;
+    bf16* r = static_cast<bf16*>(y) + i;
+    const float prior = mode == OUT_RESIDUAL && active ? __bfloat162float(*r) : 0.0f;
+    const float* p = partial + i;
+    float s = 0.0f, u = 0.0f;
+#pragma unroll 4
+    for (int k = 0; active && k < splits; ++k) s += __ldcg(p + k * total);
+#pragma unroll 4
+    for (int k = 0; active && mode == OUT_SILU && k < splits; ++k) u += __ldcg(p + k * total + N / 2);
+    if (mode != OUT_RESIDUAL) store_unit(y, mode, 0, B, N, b, n, s, u, active);
+    else if (active) *r = __float2bfloat16(prior + s);
 }
 
 // How a tile of `tile` weight rows maps to outputs. OUT_SILU: its first tile / 2 rows are gate rows and the rest
@@ -313,6 +350,89 @@ extern "C" __global__ void __launch_bounds__(128) rms_input(bf16* __restrict__ h
         out[i] = rmsnorm_x8(__ldg(row + i), __ldg(reinterpret_cast<const uint4*>(norm) + i), inv);
 }
 
+// gemm_tc's split K, merged by the tile's last block instead of a splitk_reduce launch after it: every block
+// stores its 64 x 64 fp32 sums (cs, [TC_M][TC_LDC] in shared memory) to its slab of partial ([tiles][splits][64][64],
+// tile = blockIdx.y * gridDim.x + blockIdx.x) and counts itself in counters[tile] (one acq_rel atomic after a
+// barrier: attention's fused combine); the last block to count resets the counter to 0 for the next launch and
+// sums the tile's slabs in split order (0.0f + s0 + s1 + ...: splitk_reduce's order and bits) into cs. Returns
+// whether this block is that last one (block-uniform) and so stores the outputs.
+__device__ __forceinline__ bool tc_merge_splits(float* cs, float* __restrict__ partial, int* __restrict__ counters) {
+    constexpr int QUADS = TC_M * TC_N / 4, PER = QUADS / 128;  // float4s per slab, per thread (block = 128)
+    const int tile = blockIdx.y * gridDim.x + blockIdx.x, splits = gridDim.z;
+    float4* slabs = reinterpret_cast<float4*>(partial) + (size_t)tile * splits * QUADS;
+    // thread t owns float4s e = t + 128 i: row e / 16, columns 4 (e % 16) .. + 3 of cs
+    auto at = [cs](int e) { return reinterpret_cast<float4*>(cs + (e / (TC_N / 4)) * TC_LDC + (e % (TC_N / 4)) * 4); };
+#pragma unroll
+    for (int i = 0; i < PER; ++i)
+        __stcg(slabs + (size_t)blockIdx.z * QUADS + threadIdx.x + i * 128, *at(threadIdx.x + i * 128));
+    if (!last_block_of(counters + tile, splits)) return false;
+    float4 v[PER];
+#pragma unroll
+    for (int i = 0; i < PER; ++i) v[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 2
+    for (int s = 0; s < splits; ++s) {  // 2 x PER independent L2 loads (__ldcg: other blocks wrote them) in flight
+#pragma unroll
+        for (int i = 0; i < PER; ++i) {
+            const float4 p = __ldcg(slabs + (size_t)s * QUADS + threadIdx.x + i * 128);
+            v[i].x += p.x, v[i].y += p.y, v[i].z += p.z, v[i].w += p.w;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < PER; ++i) *at(threadIdx.x + i * 128) = v[i];
+    __syncthreads();
+    return true;
+}
+
+// gemm_tc's stores from cs ([TC_M][TC_LDC] fp32 sums; OUT_SILU: g in column n, u in n + outs). Thread t owns the
+// 8-output chunks t + 128 i of the tile (row c / (outs / 8)) and stores each with one 16-byte store (two for fp32);
+// OUT_RESIDUAL's loads of y for all its chunks are issued before any add: one L2 round trip a thread, where one
+// per output made a split tile's merge (below) 2-3x dearer than splitk_reduce's launch. Chunks past B or rows, y
+// rows that are not 16-byte aligned and OUT_PARTIAL go element by element (store_unit); the bits are the same.
+__device__ __forceinline__ void tc_store(void* y, const float* cs, const float* scale_s, int mode, int B, int N,
+                                         int m0, int n0, const TileRows& tr) {
+    constexpr int MAXC = TC_M * TC_N / 8 / 128;  // chunks a thread at most (block = 128)
+    const int per_row = tr.outs / 8, chunks = TC_M * per_row, ld = tr.half ? tr.half : N;  // ld: y's row
+    const bool aligned = ld % 8 == 0 && mode != OUT_PARTIAL;
+    uint4 res[MAXC];
+#pragma unroll
+    for (int i = 0; i < MAXC; ++i) {
+        const int c = threadIdx.x + i * 128, m = c / per_row, n = (c % per_row) * 8;
+        res[i] = make_uint4(0, 0, 0, 0);
+        if (mode == OUT_RESIDUAL && aligned && c < chunks && m0 + m < B && n0 + n + 8 <= tr.rows && scale_s[m] != 0.0f)
+            res[i] = *reinterpret_cast<const uint4*>(static_cast<const bf16*>(y) + (size_t)(m0 + m) * ld + n0 + n);
+    }
+#pragma unroll
+    for (int i = 0; i < MAXC; ++i) {
+        const int c = threadIdx.x + i * 128, m = c / per_row, n = (c % per_row) * 8;
+        if (c >= chunks || m0 + m >= B) continue;
+        const float* v = cs + m * TC_LDC + n;
+        const bool on = scale_s[m] != 0.0f;
+        if (!aligned || n0 + n + 8 > tr.rows) {
+            for (int j = 0; j < 8 && n0 + n + j < tr.rows; ++j)
+                store_unit(y, mode, blockIdx.z, B, N, m0 + m, n0 + n + j, v[j], tr.half ? v[j + tr.outs] : 0.0f, on);
+            continue;
+        }
+        const size_t at = (size_t)(m0 + m) * ld + n0 + n;
+        float f[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) f[j] = on ? (mode == OUT_SILU ? silu_of(v[j], v[j + tr.outs]) : v[j]) : 0.0f;
+        if (mode == OUT_F32) {
+            float4* o = reinterpret_cast<float4*>(static_cast<float*>(y) + at);
+            o[0] = make_float4(f[0], f[1], f[2], f[3]);
+            o[1] = make_float4(f[4], f[5], f[6], f[7]);
+        } else if (mode == OUT_RESIDUAL) {
+            if (!on) continue;  // y as it was
+            float r[8];
+            bf16x8_to_float(res[i], r);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) r[j] += f[j];
+            *reinterpret_cast<uint4*>(static_cast<bf16*>(y) + at) = float_to_bf16x8(r);
+        } else {  // OUT_BF16, OUT_SILU
+            *reinterpret_cast<uint4*>(static_cast<bf16*>(y) + at) = float_to_bf16x8(f);
+        }
+    }
+}
+
 // gemm_tc's pipeline: TC_STAGES K tiles of x and W in flight per block through cp.async (TC_STAGES - 1 ahead of
 // the tile being multiplied), in dynamic shared memory (TC_SHARED bytes at least: plans.py's TC_SHARED).
 #define TC_STAGES 3
@@ -323,7 +443,8 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
                                                           const bf16* __restrict__ w,
                                                           const bf16* __restrict__ norm,
                                                           const int* __restrict__ positions, int B, int N, int K,
-                                                          int k_chunk, int mode, float eps, int x_op) {
+                                                          int k_chunk, int mode, float eps, int x_op,
+                                                          float* __restrict__ partial, int* __restrict__ counters) {
     __shared__ float scale_s[TC_M];
     extern __shared__ __align__(16) unsigned char tc_raw[];
     bf16* stages = reinterpret_cast<bf16*>(tc_raw);  // [TC_STAGES][x tile | W tile]: [2][64][TC_LD] each
@@ -425,13 +546,8 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
             c[8 * TC_LDC + 1] = acc[i][j][3];
         }
     __syncthreads();
-    // outputs per tile row: outs; OUT_SILU: g in column n, u in n + 32
-    for (int e = threadIdx.x; e < TC_M * outs; e += blockDim.x) {
-        const int m = e / outs, n = e % outs;
-        if (m0 + m < B && n0 + n < rows)
-            store_unit(y, mode, blockIdx.z, B, N, m0 + m, n0 + n, cs[m * TC_LDC + n],
-                       half ? cs[m * TC_LDC + n + outs] : 0.0f, scale_s[m] != 0.0f);
-    }
+    if (gridDim.z > 1 && mode != OUT_PARTIAL && !tc_merge_splits(cs, partial, counters)) return;
+    tc_store(y, cs, scale_s, mode, B, N, m0, n0, tr);
 }
 
 // gemv_mma: weight-streaming GEMV on tensor cores ("swap AB": W is the 16-row A operand, x^T the 8-column
@@ -445,7 +561,7 @@ template <int NT>  // n8 batch tiles per pass: batch rows per pass = 8 * NT
 __device__ __forceinline__ void gemv_mma_pass(void* y, const bf16* __restrict__ x, const bf16* __restrict__ w,
                                               const bf16* __restrict__ norm, const int* __restrict__ positions,
                                               int b0, int nb, int B, int N, int K, int k0, int k1, int mode,
-                                              float eps, int x_op) {
+                                              float eps, int x_op, float* partial) {
     __shared__ float red[8][16][8 * NT + 1];  // [warp][weight row][batch column], padded
     __shared__ float scale_s[8 * NT];         // rows_scale of the pass's rows
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t8 = (lane & 3) * 8;
@@ -511,25 +627,43 @@ __device__ __forceinline__ void gemv_mma_pass(void* y, const bf16* __restrict__ 
 #pragma unroll
             for (int i = 0; i < 8; ++i) u += red[i][r + 8][c];
         }
-        if (c < nb && n0 + r < rows)
-            store_unit(y, mode, blockIdx.y, B, N, b0 + c, n0 + r, s, u, scale_s[c] != 0.0f);
+        if (c < nb && n0 + r < rows) {
+            const bool on = scale_s[c] != 0.0f, merge = gridDim.y > 1 && mode != OUT_PARTIAL;  // gemv_mma's
+            if (merge) store_split(partial, blockIdx.y, B, N, b0 + c, n0 + r, half, s, u, on);
+            else store_unit(y, mode, blockIdx.y, B, N, b0 + c, n0 + r, s, u, on);
+        }
     }
     __syncthreads();  // red is reused by the next pass
+}
+
+// gemv_mma's split K: the last of a row block's splits to count stores its outputs from every split's sums
+// (reduce_unit).
+__device__ __forceinline__ void mma_merge_splits(void* y, const float* partial, int* counters, const int* positions,
+                                              int B, int N, int mode) {
+    if (!last_block_of(counters + blockIdx.x, gridDim.y)) return;
+    const TileRows tr = tile_rows(mode, N, 16);
+    for (int e = threadIdx.x; e < tr.outs * B; e += blockDim.x) {
+        const int b = e / tr.outs, n = blockIdx.x * tr.outs + e % tr.outs;
+        if (n < tr.rows) reduce_unit(y, partial, B, N, gridDim.y, mode, b, n, row_active(positions, b));
+    }
 }
 
 template <int NT>
 __device__ __forceinline__ void gemv_mma_all(void* y, const bf16* x, const bf16* w, const bf16* norm,
                                              const int* positions, int B, int N, int K, int k0, int k1, int mode,
-                                             float eps, int x_op) {
+                                             float eps, int x_op, float* partial) {
     for (int b0 = 0; b0 < B; b0 += 8 * NT)
-        gemv_mma_pass<NT>(y, x, w, norm, positions, b0, min(8 * NT, B - b0), B, N, K, k0, k1, mode, eps, x_op);
+        gemv_mma_pass<NT>(y, x, w, norm, positions, b0, min(8 * NT, B - b0), B, N, K, k0, k1, mode, eps, x_op,
+                          partial);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 3) gemv_mma(void* y, const bf16* __restrict__ x,
                                                               const bf16* __restrict__ w,
                                                               const bf16* __restrict__ norm,
                                                               const int* __restrict__ positions, int B, int N,
-                                                              int K, int k_chunk, int mode, float eps, int x_op) {
+                                                              int K, int k_chunk, int mode, float eps, int x_op,
+                                                              float* __restrict__ partial,
+                                                              int* __restrict__ counters) {
     const int k0 = blockIdx.y * k_chunk, k1 = min(K, k0 + k_chunk);
     if (mode == OUT_SILU) {  // weights: pre-wait (OUT_SILU: the block's 8 gate rows and their up rows)
         prefetch_rows_l2(w, blockIdx.x * 8, 8, N / 2, K, k0, k1);
@@ -537,9 +671,10 @@ extern "C" __global__ void __launch_bounds__(256, 3) gemv_mma(void* y, const bf1
     } else {
         prefetch_rows_l2(w, blockIdx.x * 16, 16, N, K, k0, k1);
     }
-    if (B <= 8) gemv_mma_all<1>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, x_op);
-    else if (B <= 16) gemv_mma_all<2>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, x_op);
-    else gemv_mma_all<4>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, x_op);
+    if (B <= 8) gemv_mma_all<1>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, x_op, partial);
+    else if (B <= 16) gemv_mma_all<2>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, x_op, partial);
+    else gemv_mma_all<4>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, x_op, partial);
+    if (gridDim.y > 1 && mode != OUT_PARTIAL) mma_merge_splits(y, partial, counters, positions, B, N, mode);
 }
 
 // ---- gemv: one-wave weight streaming with per-warp cp.async rings ------------------------------------------
@@ -945,14 +1080,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) gemv_rows(void* y, const bf
 extern "C" __global__ void splitk_reduce(void* y, const float* __restrict__ partial,
                                          const int* __restrict__ positions, int B, int N, int splits, int mode) {
     const int outs = mode == OUT_SILU ? N / 2 : N;  // outputs per batch row (OUT_SILU: g in n, u in n + N/2)
-    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, total = (size_t)B * N;
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const int b = (int)(i / outs), n = (int)(i % outs);
     const bool active = i < (size_t)B * outs && row_active(positions, b);  // before the wait (pdl.cuh)
     pdl_begin();
-    if (i >= (size_t)B * outs) return;
-    const float* p = partial + (size_t)b * N + n;
-    float s = 0.0f, u = 0.0f;
-    for (int k = 0; active && k < splits; ++k) s += p[k * total];
-    for (int k = 0; active && mode == OUT_SILU && k < splits; ++k) u += p[k * total + outs];
-    store_unit(y, mode, 0, B, N, b, n, s, u, active);
+    if (i < (size_t)B * outs) reduce_unit(y, partial, B, N, splits, mode, b, n, active);
 }

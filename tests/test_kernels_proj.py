@@ -25,6 +25,7 @@ from rawgraphs.model.plans import (
     GEMV_SHARED,
     GEMV_STAGES,
     GEMV_THREE_PER_SM_SHARED,
+    MMA_SPLIT_TARGET,
     OUT_MODES,
     PARTIAL,
     ROWS_MAX,
@@ -35,6 +36,7 @@ from rawgraphs.model.plans import (
     TWO_PER_SM_SHARED,
     X_OPS,
     gemv_plan,
+    max_counters,
     max_workspace_bytes,
     rows_fit,
     tc_target_blocks,
@@ -75,9 +77,9 @@ def test_signatures():
         "gemv_rows": "y: ptr, x: ptr, w: ptr, norm: ptr, positions: ptr, B: i32, N: i32, K: i32, k_chunk: i32, "
                      "mode: i32, eps: f32, x_op: i32, parts: i32",
         "gemv_mma": "y: ptr, x: ptr, w: ptr, norm: ptr, positions: ptr, B: i32, N: i32, K: i32, k_chunk: i32, "
-                    "mode: i32, eps: f32, x_op: i32",
+                    "mode: i32, eps: f32, x_op: i32, partial: ptr, counters: ptr",
         "gemm_tc": "y: ptr, x: ptr, w: ptr, norm: ptr, positions: ptr, B: i32, N: i32, K: i32, k_chunk: i32, "
-                   "mode: i32, eps: f32, x_op: i32",
+                   "mode: i32, eps: f32, x_op: i32, partial: ptr, counters: ptr",
         "splitk_reduce": "y: ptr, partial: ptr, positions: ptr, B: i32, N: i32, splits: i32, mode: i32",
         "rms_input": "h: ptr, x: ptr, norm: ptr, positions: ptr, B: i32, K: i32, eps: f32",
         "silu_mul": "out: ptr, gu: ptr, F: i32",
@@ -127,13 +129,24 @@ def test_gemv_plan(B, N, K):
             assert plan.shared == (TC_TWO_PER_SM_SHARED if capped else TC_SHARED)
             assert plan.grid[0] * 64 >= B
         blocks = math.prod(plan.grid) // plan.splits
-        limit = {"gemv_mma": SMS // 2, "gemm_tc": tc_target_blocks(B)}[plan.kernel]
+        limit = {"gemv_mma": MMA_SPLIT_TARGET, "gemm_tc": tc_target_blocks(B)}[plan.kernel]
         assert plan.splits == 1 or blocks < limit
-    launches = plan.launches("y", "x", "w", "ws", B, N, K)
+    launches = plan.launches("y", "x", "w", "ws", B, N, K, counters="c")
     assert launches[0].args["norm"] == 0 and launches[0].args["x_op"] == X_OPS["plain"]
     if plan.splits == 1:
         assert plan.mode == OUT_MODES["residual"] and plan.workspace_bytes == 0 and len(launches) == 1
-        assert launches[0].args["y"] == "y"
+        assert launches[0].args["y"] == "y" and plan.counters == 0
+        if plan.kernel in ("gemm_tc", "gemv_mma"):
+            assert (launches[0].args["partial"], launches[0].args["counters"]) == (0, 0)
+    elif plan.kernel in ("gemm_tc", "gemv_mma"):  # a tile's last split merges them: one launch
+        tiles = plan.grid[0] * (plan.grid[1] if plan.kernel == "gemm_tc" else 1)
+        slabs = plan.splits * tiles * 64 * 64 if plan.kernel == "gemm_tc" else plan.splits * B * N  # fp32
+        assert plan.mode == OUT_MODES["residual"] and plan.reduce_grid is None and plan.counters == tiles
+        assert plan.workspace_bytes == 4 * slabs and len(launches) == 1
+        assert (launches[0].args["y"], launches[0].args["partial"], launches[0].args["counters"]) == ("y", "ws", "c")
+        assert launches[0].args["mode"] == OUT_MODES["residual"]
+        with pytest.raises(ValueError, match="counters"):
+            plan.launches("y", "x", "w", "ws", B, N, K)
     else:
         assert plan.mode == PARTIAL and plan.workspace_bytes == 4 * plan.splits * B * N
         main, red = launches
@@ -155,16 +168,15 @@ def test_gemm_tc_input_is_normalised_once_by_rms_input_when_given_a_buffer():
     """With ``normed``, an rmsnorm-fused gemm_tc plan launches rms_input first (one warp per row) and multiplies the
     rows it wrote as stored; without it (or for other x_ops and kernels) the launches are as before."""
     plan = gemv_plan(37, 6144, 2048, "bf16", x_op="rmsnorm")
-    rms, main, red = plan.launches("y", "x", "w", "ws", 37, 6144, 2048, norm="g", eps=1e-5, positions="p",
-                                   normed="h")
+    rms, main = plan.launches("y", "x", "w", "ws", 37, 6144, 2048, norm="g", eps=1e-5, positions="p", normed="h",
+                              counters="c")
     assert (rms.kernel, rms.grid, rms.block, rms.shared) == ("rms_input", (10, 1, 1), (128, 1, 1), 0)
     assert rms.args == dict(h="h", x="x", norm="g", positions="p", B=37, K=2048, eps=1e-5)
     assert main.kernel == "gemm_tc" and (main.args["x"], main.args["norm"], main.args["x_op"]) == ("h", 0, 0)
-    assert red.kernel == "splitk_reduce"
-    fused = plan.launches("y", "x", "w", "ws", 37, 6144, 2048, norm="g")
-    assert [ln.kernel for ln in fused] == ["gemm_tc", "splitk_reduce"] and fused[0].args["x_op"] == X_OPS["rmsnorm"]
-    plain = gemv_plan(37, 6144, 2048, "bf16").launches("y", "x", "w", "ws", 37, 6144, 2048, normed="h")
-    assert [ln.kernel for ln in plain] == ["gemm_tc", "splitk_reduce"] and plain[0].args["x"] == "x"
+    fused = plan.launches("y", "x", "w", "ws", 37, 6144, 2048, norm="g", counters="c")
+    assert [ln.kernel for ln in fused] == ["gemm_tc"] and fused[0].args["x_op"] == X_OPS["rmsnorm"]
+    plain = gemv_plan(37, 6144, 2048, "bf16").launches("y", "x", "w", "ws", 37, 6144, 2048, normed="h", counters="c")
+    assert [ln.kernel for ln in plain] == ["gemm_tc"] and plain[0].args["x"] == "x"
     small = gemv_plan(8, 6144, 2048, "bf16", x_op="rmsnorm").launches("y", "x", "w", "ws", 8, 6144, 2048, "g",
                                                                       normed="h")
     assert small[0].kernel == "gemv_mma" and small[0].args["x"] == "x"
@@ -211,7 +223,8 @@ def test_gemv_plan_silu(B, N, K):
         return
     assert (plan.kernel, plan.splits, plan.k_chunk, plan.workspace_bytes) == (row.kernel, row.splits, row.k_chunk,
                                                                                row.workspace_bytes)
-    assert plan.out_mode == OUT_MODES["silu"] and plan.mode == (OUT_MODES["silu"] if plan.splits == 1 else PARTIAL)
+    merged = plan.splits == 1 or plan.kernel in ("gemm_tc", "gemv_mma")  # no splitk_reduce after it
+    assert plan.out_mode == OUT_MODES["silu"] and plan.mode == (OUT_MODES["silu"] if merged else PARTIAL)
     if plan.kernel == "gemv" and plan.splits == 1:
         if N // 2 * min(8, 2 * row.parts) <= SMS * 24:  # one pair per group: twice a row's warps
             assert plan.parts == min(8, 2 * row.parts)
@@ -224,7 +237,7 @@ def test_gemv_plan_silu(B, N, K):
         assert mine <= math.ceil(N / (row.grid[0] * 8 // row.parts)) * math.ceil(chunks / row.parts)
     else:
         assert plan.grid == row.grid and plan.parts == row.parts
-    if plan.splits > 1:
+    if not merged:
         red = plan.launches("y", "x", "w", "ws", B, N, K)[1]
         assert red.args["mode"] == OUT_MODES["silu"] and red.grid[0] * 256 >= B * N // 2 > (red.grid[0] - 1) * 256
     with pytest.raises(ValueError, match="even N"):
@@ -235,7 +248,7 @@ def test_gemv_plan_silu(B, N, K):
     (8, 2304, 768, "bf16", True),       # small qkv: 144 blocks
     (16, 4096, 768, "silu", True),      # small gate_up: 256 blocks
     (8, 768, 2048, "residual", True),   # small down: 48 rows of blocks, K split in two (96 blocks)
-    (16, 2048, 5632, "residual", True),  # 1b down: 128 blocks
+    (16, 2048, 5632, "residual", False),  # 1b down: 128 blocks x 3 splits
     (5, 2304, 768, "bf16", False),      # B < 8
     (8, 6144, 2048, "bf16", False),     # 1b qkv: 384 blocks
     (8, 32000, 768, "f32", False),       # LM head: 2000 blocks
@@ -256,7 +269,7 @@ def test_two_per_sm_plan(B, N, K, out, capped):
     else:
         assert plan.shared == (TC_TWO_PER_SM_SHARED if capped else TC_SHARED)
     assert (B >= 8 and math.prod(plan.grid) <= 2 * SMS) == capped
-    assert all(ln.shared == plan.shared for ln in plan.launches("y", "x", "w", "ws", B, N, K)[:1])
+    assert all(ln.shared == plan.shared for ln in plan.launches("y", "x", "w", "ws", B, N, K, counters="c")[:1])
 
 
 def h200_blocks_per_sm(registers: int, static: int, dynamic: int, threads: int = 256) -> int:
@@ -314,7 +327,8 @@ def test_gemv_plan_override(kernel, rows, threads):
     plan = gemv_plan(5, 2048, 5632, "f32", kernel=kernel, splits=3)
     grid = (1, 2048 // rows, 3) if kernel == "gemm_tc" else (2048 // rows, 3, 1)  # gemv: 1 warp a row
     assert (plan.kernel, plan.grid, plan.block) == (kernel, grid, (threads, 1, 1))
-    assert plan.k_chunk == 1920 and plan.mode == PARTIAL and plan.out_mode == OUT_MODES["f32"]
+    mode = PARTIAL if kernel == "gemv" else OUT_MODES["f32"]  # gemv_mma and gemm_tc merge their splits themselves
+    assert plan.k_chunk == 1920 and plan.mode == mode and plan.out_mode == OUT_MODES["f32"]
     with pytest.raises(ValueError, match="unknown gemv kernel"):
         gemv_plan(1, 64, 64, kernel="gemv_fast")
 
@@ -328,8 +342,9 @@ def test_gemv_plan_rejects_bad_shapes():
         gemv_plan(1, 64, 64, x_op="gelu")
     with pytest.raises(ValueError, match="norm weight"):
         gemv_plan(1, 64, 64, x_op="rmsnorm").launches("y", "x", "w", None, 1, 64, 64)
-    want = gemv_plan(64, 2048, 2048).workspace_bytes
-    assert max_workspace_bytes([1, 64], [(2048, 2048), (768, 2048)]) == want
+    want = gemv_plan(64, 2048, 2048)
+    assert max_workspace_bytes([1, 64], [(2048, 2048), (768, 2048)]) == want.workspace_bytes
+    assert max_counters([1, 64], [(2048, 2048), (768, 2048)]) == want.counters == 32
 
 
 M64 = (1 << 64) - 1
@@ -397,7 +412,8 @@ def run_gemv(module, y, x, w, B, N, K, out, stream, kernel=None, splits=None, x_
     """Launch the plan for one projection (workspace poisoned too) and return the plan."""
     plan = gemv_plan(B, N, K, out, kernel, splits, x_op)
     ws = poisoned((max(plan.workspace_bytes, 1),), np.uint8, stream) if plan.splits > 1 else None
-    for step in plan.launches(y, x, w, ws, B, N, K, norm, eps, positions):
+    counters = upload(np.zeros(max(plan.counters, 1), np.int32))
+    for step in plan.launches(y, x, w, ws, B, N, K, norm, eps, positions, counters=counters):
         launch(module, step.kernel, step.grid, step.block, stream, step.shared, **step.args)
     return plan
 
@@ -749,10 +765,11 @@ def test_rms_input_gives_gemm_tc_the_rows_it_normalises_itself(mods, stream, rng
         plan = gemv_plan(B, N, K, out, x_op="rmsnorm")
         assert plan.kernel == "gemm_tc"
         ws = poisoned(max(plan.workspace_bytes, 4), np.uint8, stream)
+        counters = upload(np.zeros(max(plan.counters, 1), np.int32))
         outs = []
         for normed in (None, poisoned((B, K), BF16, stream)):
             y = poisoned((B, N // 2 if out == "silu" else N), np.float32 if out == "f32" else BF16, stream)
-            for ln in plan.launches(y, xd, wd, ws, B, N, K, gd, eps, pd, normed):
+            for ln in plan.launches(y, xd, wd, ws, B, N, K, gd, eps, pd, normed, counters):
                 launch(mods["gemv"], ln.kernel, ln.grid, ln.block, stream, ln.shared, **ln.args)
             stream.synchronize()
             outs.append(y.to_numpy())
@@ -761,6 +778,56 @@ def test_rms_input_gives_gemm_tc_the_rows_it_normalises_itself(mods, stream, rng
         assert outs[1].tobytes() == outs[0].tobytes(), f"B={B} {out}: rms_input's rows changed gemm_tc's bytes"
         np.testing.assert_allclose(outs[1][~off].astype(np.float64), projected(h, w, out)[~off], rtol=1e-2,
                                    atol=1e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel,batches", [("gemm_tc", (37, 130)), ("gemv_mma", (5, 16))])
+@pytest.mark.parametrize("N,K,out,x_op", [(6144, 2048, "residual", "rmsnorm"), (4096, 768, "silu", "rmsnorm"),
+                                          (2048, 5632, "f32", "plain"), (98, 200, "bf16", "plain")])
+def test_split_k_merges_in_the_kernel_as_splitk_reduce_would(mods, stream, rng, N, K, out, x_op, kernel, batches):
+    """A split gemm_tc's (gemv_mma's) last block per tile (row block) sums the splits in splitk_reduce's order, so
+    its bytes equal the two-launch path (mode PARTIAL, then splitk_reduce): gemm_tc at B = 37 (one row tile) and 130
+    (three; a ragged last tile), gemv_mma at B = 5 and 16, with a third of the rows inactive (x NaN: never read;
+    "residual" leaves them as they were). The counters come back zero, so launching again gives the same bytes."""
+    eps = 1e-5
+    w, g = bf16(rng.standard_normal((N, K)) / math.sqrt(K)), bf16(rng.uniform(0.5, 1.5, K))  # [N, K], [K]
+    wd, gd = upload(w), upload(g)
+    n_out = N // 2 if out == "silu" else N
+    for B in batches:
+        positions = rng.integers(0, 100, size=B).astype(np.int32)  # [B]
+        positions[rng.permutation(B)[:B // 3]] = -1
+        off = positions < 0
+        x = bf16(rng.standard_normal((B, K)) * 3.0)  # [B, K]
+        h = fused_input(np.where(off[:, None], 0, x), g, eps, x_op)  # [B, K] the reference input
+        x[off] = np.nan
+        y0 = bf16(rng.standard_normal((B, n_out)))  # [B, n_out] the residual stream ("residual")
+        xd, pd = upload(x), upload(positions)
+        plan = gemv_plan(B, N, K, out, kernel, splits=min(4, K // 8), x_op=x_op)
+        tiles = plan.grid[0] * (plan.grid[1] if kernel == "gemm_tc" else 1)
+        assert plan.splits > 1 and plan.counters == tiles and plan.reduce_grid is None
+        two = replace(plan, mode=PARTIAL, counters=0, workspace_bytes=4 * plan.splits * B * N,
+                      reduce_grid=(math.ceil(B * n_out / 256), 1, 1))
+        counters = upload(np.zeros(plan.counters, np.int32))
+        outs = []
+        for p in (two, plan, plan):
+            ws = poisoned(max(p.workspace_bytes, 4), np.uint8, stream)
+            y = upload(y0) if out == "residual" else poisoned((B, n_out), np.float32 if out == "f32" else BF16,
+                                                               stream)
+            steps = p.launches(y, xd, wd, ws, B, N, K, gd, eps, pd, counters=counters)
+            assert [s.kernel for s in steps] == ([kernel, "splitk_reduce"] if p is two else [kernel])
+            for ln in steps:
+                launch(mods["gemv"], ln.kernel, ln.grid, ln.block, stream, ln.shared, **ln.args)
+            stream.synchronize()
+            outs.append(y.to_numpy())
+            assert not counters.to_numpy().any(), f"B={B} {out}: tile counters left nonzero"
+        where = f"{kernel} B={B} N={N} K={K} {out} splits={plan.splits}"
+        assert outs[1].tobytes() == outs[0].tobytes(), where + ": merged bytes differ from splitk_reduce's"
+        assert outs[2].tobytes() == outs[1].tobytes(), where + ": a second launch differs"
+        want = projected(h, w, out)
+        if out == "residual":
+            want = np.where(off[:, None], y0.astype(np.float64), y0.astype(np.float64) + want)
+        tol = dict(rtol=1e-5, atol=1e-4) if out == "f32" and x_op == "plain" else dict(rtol=1e-2, atol=1e-2)
+        np.testing.assert_allclose(outs[1].astype(np.float64), want, err_msg=where, **tol)
 
 
 # ---------------------------------------------------------------- GPU: argmax, sample

@@ -27,12 +27,14 @@ previous 4-rows-per-block GEMV and the same kernel with half the grid (16 warps 
 ``gemv_mma`` takes 40-50% less time than B passes of a CUDA-core GEMV; at B = 64 and 256 ``gemm_tc`` wins.
 
 When the grid would leave SMs idle (``gemm_tc``: fewer than ``tc_target_blocks(B)`` blocks; ``gemv_mma``: fewer
-than ``SMS // 2``) the K range is split; ``gemv`` splits only where its x row would not fit in shared memory
-(K > 7424). The main kernel then writes fp32 partials to a **workspace** ``[splits, B, N]``
-(``plan.workspace_bytes``) and ``splitk_reduce`` adds them in a fixed order and applies the output
-(bit-identical run to run; no atomics). The decode step allocates one workspace of ``max_workspace_bytes(...)``
-over every projection and batch size it launches, and may share it between projections (they run one after
-the other on one stream).
+than ``MMA_SPLIT_TARGET``) the K range is split; ``gemv`` splits only where its x row would not fit in shared memory
+(K > 7424). The main kernel then writes fp32 partials to a **workspace** (``plan.workspace_bytes``), which are
+added in a fixed order (bit-identical run to run) before the output is applied: ``gemv`` writes ``[splits, B, N]``
+and a ``splitk_reduce`` launch follows; in ``gemv_mma`` (the same layout) and ``gemm_tc`` (one 64 x 64 slab per tile
+and split) the last of a tile's blocks to finish (an atomic count in ``counters``: ``plan.counters`` int32 zeros
+that the kernel leaves zero) sums them itself, saving the launch. The decode step allocates one workspace of
+``max_workspace_bytes(...)`` and one counter array of ``max_counters(...)`` over every projection and batch size it
+launches, and shares them between projections (they run one after the other on one stream).
 
 Output modes (``out``): ``"bf16"`` y bf16; ``"residual"`` y bf16 updated in place, ``y += x @ W^T``; ``"f32"``
 y fp32 (logits); ``"silu"`` the SwiGLU of a fused gate/up weight ``[2F, K]`` (gate rows, then up): y bf16
@@ -52,8 +54,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-__all__ = ["OUT_MODES", "PARTIAL", "TC_SHARED", "TC_TWO_PER_SM_SHARED", "TWO_PER_SM_SHARED", "X_OPS", "SMS",
-           "GemvPlan", "Launch", "gemv_plan", "max_workspace_bytes", "rows_fit", "tc_target_blocks", "two_per_sm"]
+__all__ = ["MMA_SPLIT_TARGET", "OUT_MODES", "PARTIAL", "TC_SHARED", "TC_TWO_PER_SM_SHARED", "TWO_PER_SM_SHARED",
+           "X_OPS", "SMS", "GemvPlan", "Launch", "gemv_plan", "max_counters", "max_workspace_bytes", "rows_fit",
+           "tc_target_blocks", "two_per_sm"]
 
 OUT_MODES = {"bf16": 0, "residual": 1, "f32": 2, "silu": 4}  # the `mode` argument of kernels/gemv.cu
 PARTIAL = 3  # mode: write fp32 partials of one K split
@@ -61,6 +64,11 @@ X_OPS = {"plain": 0, "rmsnorm": 1}  # the `x_op` argument of kernels/gemv.cu
 SMS = 132  # streaming multiprocessors of the H200
 TC_TILE = 64  # gemm_tc output tile edge (TC_M == TC_N in gemv.cu)
 MMA_ROWS = 16  # weight rows per gemv_mma block
+# gemv_mma splits K for grids below MMA_SPLIT_TARGET blocks, into chunks of at least MMA_MIN_CHUNK elements. With a
+# splitk_reduce launch after the split, 128 blocks (1b's o and down) unsplit beat 2 or 3 splits, and the target was
+# SMS // 2; merged in the kernel, 2 x SMS took 1b B = 4 / 8 / 16 from 1128 / 1251 / 1614 to 1059 / 1189 / 1508 us
+# (graph, context 512, H200, session 20). Chunks of 256 (small's K = 768 split too) lost: small B = 8 321 -> 406 us.
+MMA_SPLIT_TARGET, MMA_MIN_CHUNK = 2 * SMS, 1024
 # gemv_mma: unused dynamic shared memory that caps it at 2 blocks per SM (30 KiB of static arrays + 48 KiB, a third
 # block would need 3 x 79 KiB of the SM's 228, counting the 1 KiB per block the driver reserves). A GPU test reads
 # the occupancy back (tests/test_kernels_proj.py::test_plans_blocks_per_sm), a CPU test checks it against ptxas -v.
@@ -104,8 +112,9 @@ class Launch(NamedTuple):
 
 @dataclass(frozen=True)
 class GemvPlan:
-    """How to launch one projection. ``kernel, grid, block, shared, splits`` describe the main launch;
-    with ``splits > 1`` it writes partials (``mode == PARTIAL``) and ``splitk_reduce`` follows."""
+    """How to launch one projection. ``kernel, grid, block, shared, splits`` describe the main launch; with
+    ``splits > 1`` it writes partials: ``gemv`` / ``gemv_mma`` with ``mode == PARTIAL``, and ``splitk_reduce``
+    follows; ``gemm_tc`` with the output's mode, merging them itself (``counters`` > 0)."""
 
     kernel: str
     grid: tuple[int, int, int]
@@ -116,12 +125,13 @@ class GemvPlan:
     mode: int  # the main kernel's mode argument
     out_mode: int  # the requested output mode (OUT_MODES value)
     x_op: int  # the input op (X_OPS value)
-    workspace_bytes: int  # fp32 [splits, B, N] partials; 0 when splits == 1
-    reduce_grid: tuple[int, int, int] | None
+    workspace_bytes: int  # fp32 partials ([splits, B, N]; gemm_tc [tiles, splits, 64, 64]); 0 when splits == 1
+    reduce_grid: tuple[int, int, int] | None  # splitk_reduce's grid, None when no reduce launch follows
     parts: int = 1  # gemv: warps per weight row (its `parts` argument)
+    counters: int = 0  # gemm_tc with splits > 1: int32 tile counters it needs (zeros; it leaves them zero)
 
     def launches(self, y, x, w, workspace, B: int, N: int, K: int, norm=None, eps: float = 0.0,
-                 positions=None, normed=None) -> list[Launch]:
+                 positions=None, normed=None, counters=None) -> list[Launch]:
         """The launches, in order, with every argument of each kernel filled in.
 
         ``y``, ``x``, ``w``, ``workspace``, ``norm``, ``positions``, ``normed`` are whatever the launcher accepts as
@@ -129,25 +139,29 @@ class GemvPlan:
         ``x_op == "rmsnorm"``. ``positions`` (int32 ``[B]``, None: every row active) marks inactive rows (``< 0``):
         they read no input and come out as zeros (``"residual"``: y unchanged). ``normed`` (bf16 ``[B, K]``) lets an
         rmsnorm-fused ``gemm_tc`` multiply rows an ``rms_input`` launch before it normalised once (the same bits)
-        instead of normalising them in every block.
+        instead of normalising them in every block. ``counters`` (int32 ``[plan.counters]``, zeros) serves a split
+        ``gemm_tc``.
         """
         if self.x_op == X_OPS["rmsnorm"] and norm is None:
             raise ValueError("an rmsnorm-fused projection needs the norm weight")
+        if self.splits > 1 and (workspace is None or self.counters and counters is None):
+            need = f" and int32 counters [{self.counters}] of zeros" if self.counters else ""
+            raise ValueError(f"this plan splits K {self.splits} ways and needs a workspace of "
+                             f"{self.workspace_bytes} bytes{need}")
         positions = 0 if positions is None else positions
         main = dict(x=x, w=w, norm=0 if norm is None else norm, positions=positions, B=B, N=N, K=K,
                     k_chunk=self.k_chunk, eps=eps, x_op=self.x_op)
         pre = []
         if self.kernel in ("gemv", "gemv_rows"):
             main["parts"] = self.parts
-        elif self.kernel == "gemm_tc" and normed is not None and self.x_op == X_OPS["rmsnorm"]:
+        elif self.kernel in ("gemm_tc", "gemv_mma"):
+            main.update(partial=workspace if self.counters else 0, counters=counters if self.counters else 0)
+        if self.kernel == "gemm_tc" and normed is not None and self.x_op == X_OPS["rmsnorm"]:
             pre = [Launch("rms_input", (math.ceil(B / 4), 1, 1), (128, 1, 1), 0,
                           dict(h=normed, x=x, norm=norm, positions=positions, B=B, K=K, eps=eps))]
             main.update(x=normed, norm=0, x_op=X_OPS["plain"])
-        if self.splits == 1:
+        if self.reduce_grid is None:
             return pre + [Launch(self.kernel, self.grid, self.block, self.shared, dict(y=y, mode=self.mode, **main))]
-        if workspace is None:
-            raise ValueError(f"this plan splits K {self.splits} ways and needs a workspace of "
-                             f"{self.workspace_bytes} bytes")
         return pre + [Launch(self.kernel, self.grid, self.block, self.shared,
                              dict(y=workspace, mode=PARTIAL, **main)),
                       Launch("splitk_reduce", self.reduce_grid, (REDUCE_THREADS, 1, 1), 0,
@@ -257,10 +271,8 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         grid = (math.ceil(groups * parts / GEMV_BLOCK_WARPS), splits, 1)
         shared = max(rings + 2 * k_chunk, GEMV_THREE_PER_SM_SHARED)
     elif kernel == "gemv_mma":
-        # Measured: 128 blocks (N = 2048) unsplit beat 2 or 3 splits (the reduce launch costs more than the
-        # idle SMs), so split only grids below half the SMs.
         block, tiles = (256, 1, 1), math.ceil(N / MMA_ROWS)
-        splits, k_chunk = _splits(tiles, K, SMS // 2, 1024, splits)
+        splits, k_chunk = _splits(tiles, K, MMA_SPLIT_TARGET, MMA_MIN_CHUNK, splits)
         grid = (tiles, splits, 1)
         if two_per_sm(B, tiles * splits):
             shared = TWO_PER_SM_SHARED
@@ -274,12 +286,28 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
     mode = OUT_MODES[out]
     if splits == 1:
         return GemvPlan(kernel, grid, block, shared, 1, k_chunk, mode, mode, X_OPS[x_op], 0, None, parts)
+    if kernel == "gemm_tc":  # each tile's last block merges the splits (tc_merge_splits in gemv.cu)
+        tiles = grid[0] * grid[1]
+        return GemvPlan(kernel, grid, block, shared, splits, k_chunk, mode, mode, X_OPS[x_op],
+                        4 * splits * tiles * TC_TILE * TC_TILE, None, parts, tiles)
+    if kernel == "gemv_mma":  # each row block's last split merges them (mma_merge_splits in gemv.cu)
+        return GemvPlan(kernel, grid, block, shared, splits, k_chunk, mode, mode, X_OPS[x_op], 4 * splits * B * N,
+                        None, parts, grid[0])
     reduce_grid = (math.ceil(B * (N // 2 if out == "silu" else N) / REDUCE_THREADS), 1, 1)
     return GemvPlan(kernel, grid, block, shared, splits, k_chunk, PARTIAL, mode, X_OPS[x_op], 4 * splits * B * N,
                     reduce_grid, parts)
 
 
+def _plans(batch_sizes: Iterable[int], shapes: Iterable[tuple[int, int]]) -> list[GemvPlan]:
+    shapes = list(shapes)
+    return [gemv_plan(B, N, K) for B in batch_sizes for N, K in shapes]
+
+
 def max_workspace_bytes(batch_sizes: Iterable[int], shapes: Iterable[tuple[int, int]]) -> int:
     """The largest split-K workspace of any ``(N, K)`` in ``shapes`` at any of ``batch_sizes``."""
-    shapes = list(shapes)
-    return max((gemv_plan(B, N, K).workspace_bytes for B in batch_sizes for N, K in shapes), default=0)
+    return max((p.workspace_bytes for p in _plans(batch_sizes, shapes)), default=0)
+
+
+def max_counters(batch_sizes: Iterable[int], shapes: Iterable[tuple[int, int]]) -> int:
+    """The most split ``gemm_tc`` tile counters of any ``(N, K)`` in ``shapes`` at any of ``batch_sizes``."""
+    return max((p.counters for p in _plans(batch_sizes, shapes)), default=0)
