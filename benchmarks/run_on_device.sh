@@ -18,7 +18,7 @@ if [ "$PART" = tests ] || [ "$PART" = all ]; then
   timeout 300 python3 -m pytest -q -m gpu ${TESTS:-tests/} -p no:cacheprovider -rfs > "$R/gpu_tests.log" 2>&1
   echo "gpu tests: $(tail -1 "$R/gpu_tests.log")"; grep -E "^(FAILED|ERROR)" "$R/gpu_tests.log"
   KERNEL_TESTS="tests/test_kernels_proj.py tests/test_kernels_attn.py"
-  timeout 120 compute-sanitizer --tool memcheck --error-exitcode 7 python3 -m pytest -q -m gpu $KERNEL_TESTS \
+  timeout 180 compute-sanitizer --tool memcheck --error-exitcode 7 python3 -m pytest -q -m gpu $KERNEL_TESTS \
     -p no:cacheprovider > "$R/memcheck.log" 2>&1
   echo "memcheck exit $? (7: errors found, 124: timed out): $(grep -E 'ERROR SUMMARY|passed|failed' "$R/memcheck.log" | tr '\n' ' ')"
   timeout 200 python3 -m rawgraphs demo --model 1b --tokens 32 --loop 16 --update > "$R/demo_1b.log" 2>&1
