@@ -25,6 +25,7 @@ from rawgraphs.model.plans import (
     GEMV_SHARED,
     GEMV_STAGES,
     GEMV_THREE_PER_SM_SHARED,
+    MMA_MERGE_MIN,
     MMA_SPLIT_TARGET,
     OUT_MODES,
     PARTIAL,
@@ -138,7 +139,7 @@ def test_gemv_plan(B, N, K):
         assert launches[0].args["y"] == "y" and plan.counters == 0
         if plan.kernel in ("gemm_tc", "gemv_mma"):
             assert (launches[0].args["partial"], launches[0].args["counters"]) == (0, 0)
-    elif plan.kernel in ("gemm_tc", "gemv_mma"):  # a tile's last split merges them: one launch
+    elif plan.reduce_grid is None:  # gemm_tc, or gemv_mma on MMA_MERGE_MIN row blocks: the last split merges
         tiles = plan.grid[0] * (plan.grid[1] if plan.kernel == "gemm_tc" else 1)
         slabs = plan.splits * tiles * 64 * 64 if plan.kernel == "gemm_tc" else plan.splits * B * N  # fp32
         assert plan.mode == OUT_MODES["residual"] and plan.reduce_grid is None and plan.counters == tiles
@@ -223,7 +224,7 @@ def test_gemv_plan_silu(B, N, K):
         return
     assert (plan.kernel, plan.splits, plan.k_chunk, plan.workspace_bytes) == (row.kernel, row.splits, row.k_chunk,
                                                                                row.workspace_bytes)
-    merged = plan.splits == 1 or plan.kernel in ("gemm_tc", "gemv_mma")  # no splitk_reduce after it
+    merged = plan.reduce_grid is None  # no splitk_reduce after it
     assert plan.out_mode == OUT_MODES["silu"] and plan.mode == (OUT_MODES["silu"] if merged else PARTIAL)
     if plan.kernel == "gemv" and plan.splits == 1:
         if N // 2 * min(8, 2 * row.parts) <= SMS * 24:  # one pair per group: twice a row's warps
@@ -804,6 +805,9 @@ def test_split_k_merges_in_the_kernel_as_splitk_reduce_would(mods, stream, rng, 
         xd, pd = upload(x), upload(positions)
         plan = gemv_plan(B, N, K, out, kernel, splits=min(4, K // 8), x_op=x_op)
         tiles = plan.grid[0] * (plan.grid[1] if kernel == "gemm_tc" else 1)
+        if plan.reduce_grid is not None:  # gemv_mma's plans keep the reduce launch for small grids: merge anyway
+            assert kernel == "gemv_mma" and tiles < MMA_MERGE_MIN and plan.mode == PARTIAL
+            plan = replace(plan, mode=plan.out_mode, reduce_grid=None, counters=tiles)
         assert plan.splits > 1 and plan.counters == tiles and plan.reduce_grid is None
         two = replace(plan, mode=PARTIAL, counters=0, workspace_bytes=4 * plan.splits * B * N,
                       reduce_grid=(math.ceil(B * n_out / 256), 1, 1))

@@ -26,15 +26,16 @@ previous 4-rows-per-block GEMV and the same kernel with half the grid (16 warps 
 (session 11: 3 blocks per SM, capped, beat 4: 1b 0.716 -> 0.700 ms); at B = 8
 ``gemv_mma`` takes 40-50% less time than B passes of a CUDA-core GEMV; at B = 64 and 256 ``gemm_tc`` wins.
 
-When the grid would leave SMs idle (``gemm_tc``: fewer than ``tc_target_blocks(B)`` blocks; ``gemv_mma``: fewer
-than ``MMA_SPLIT_TARGET``) the K range is split; ``gemv`` splits only where its x row would not fit in shared memory
-(K > 7424). The main kernel then writes fp32 partials to a **workspace** (``plan.workspace_bytes``), which are
-added in a fixed order (bit-identical run to run) before the output is applied: ``gemv`` writes ``[splits, B, N]``
-and a ``splitk_reduce`` launch follows; in ``gemv_mma`` (the same layout) and ``gemm_tc`` (one 64 x 64 slab per tile
-and split) the last of a tile's blocks to finish (an atomic count in ``counters``: ``plan.counters`` int32 zeros
-that the kernel leaves zero) sums them itself, saving the launch. The decode step allocates one workspace of
-``max_workspace_bytes(...)`` and one counter array of ``max_counters(...)`` over every projection and batch size it
-launches, and shares them between projections (they run one after the other on one stream).
+When the grid would leave SMs idle (``gemm_tc``: fewer than ``tc_target_blocks(B)`` blocks; ``gemv_mma``: fewer than
+``MMA_SPLIT_TARGET``) the K range is split; ``gemv`` splits only where its x row would not fit in shared memory (K >
+7424). The main kernel then writes fp32 partials to a **workspace** (``plan.workspace_bytes``), which are added in a
+fixed order (bit-identical run to run) before the output is applied: ``gemv`` writes ``[splits, B, N]`` and a
+``splitk_reduce`` launch follows, as for ``gemv_mma`` grids of fewer than ``MMA_MERGE_MIN`` row blocks; in other
+``gemv_mma`` grids (the same layout) and ``gemm_tc`` (one 64 x 64 slab per tile and split) the last of a tile's blocks
+to finish (an atomic count in ``counters``: ``plan.counters`` int32 zeros that the kernel leaves zero) sums them itself,
+saving the launch. The decode step allocates one workspace of ``max_workspace_bytes(...)`` and one counter array of
+``max_counters(...)`` over every projection and batch size it launches, and shares them between projections (they run
+one after the other on one stream).
 
 Output modes (``out``): ``"bf16"`` y bf16; ``"residual"`` y bf16 updated in place, ``y += x @ W^T``; ``"f32"``
 y fp32 (logits); ``"silu"`` the SwiGLU of a fused gate/up weight ``[2F, K]`` (gate rows, then up): y bf16
@@ -54,9 +55,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-__all__ = ["MMA_SPLIT_TARGET", "OUT_MODES", "PARTIAL", "TC_SHARED", "TC_TWO_PER_SM_SHARED", "TWO_PER_SM_SHARED",
-           "X_OPS", "SMS", "GemvPlan", "Launch", "gemv_plan", "max_counters", "max_workspace_bytes", "rows_fit",
-           "tc_target_blocks", "two_per_sm"]
+__all__ = ["MMA_MERGE_MIN", "MMA_SPLIT_TARGET", "OUT_MODES", "PARTIAL", "TC_SHARED", "TC_TWO_PER_SM_SHARED",
+           "TWO_PER_SM_SHARED", "X_OPS", "SMS", "GemvPlan", "Launch", "gemv_plan", "max_counters",
+           "max_workspace_bytes", "rows_fit", "tc_target_blocks", "two_per_sm"]
 
 OUT_MODES = {"bf16": 0, "residual": 1, "f32": 2, "silu": 4}  # the `mode` argument of kernels/gemv.cu
 PARTIAL = 3  # mode: write fp32 partials of one K split
@@ -68,7 +69,9 @@ MMA_ROWS = 16  # weight rows per gemv_mma block
 # splitk_reduce launch after the split, 128 blocks (1b's o and down) unsplit beat 2 or 3 splits, and the target was
 # SMS // 2; merged in the kernel, 2 x SMS took 1b B = 4 / 8 / 16 from 1128 / 1251 / 1614 to 1059 / 1189 / 1508 us
 # (graph, context 512, H200, session 20). Chunks of 256 (small's K = 768 split too) lost: small B = 8 321 -> 406 us.
-MMA_SPLIT_TARGET, MMA_MIN_CHUNK = 2 * SMS, 1024
+# Grids of fewer than MMA_MERGE_MIN row blocks keep the splitk_reduce launch: merged, small's down (48 blocks x 2
+# splits) took small B = 4 / 8 / 16 from 300 / 320 / 427 to 309 / 332 / 438 us (same session).
+MMA_SPLIT_TARGET, MMA_MIN_CHUNK, MMA_MERGE_MIN = 2 * SMS, 1024, SMS // 2
 # gemv_mma: unused dynamic shared memory that caps it at 2 blocks per SM (30 KiB of static arrays + 48 KiB, a third
 # block would need 3 x 79 KiB of the SM's 228, counting the 1 KiB per block the driver reserves). A GPU test reads
 # the occupancy back (tests/test_kernels_proj.py::test_plans_blocks_per_sm), a CPU test checks it against ptxas -v.
@@ -290,7 +293,7 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         tiles = grid[0] * grid[1]
         return GemvPlan(kernel, grid, block, shared, splits, k_chunk, mode, mode, X_OPS[x_op],
                         4 * splits * tiles * TC_TILE * TC_TILE, None, parts, tiles)
-    if kernel == "gemv_mma":  # each row block's last split merges them (mma_merge_splits in gemv.cu)
+    if kernel == "gemv_mma" and grid[0] >= MMA_MERGE_MIN:  # each row block's last split merges them (gemv.cu)
         return GemvPlan(kernel, grid, block, shared, splits, k_chunk, mode, mode, X_OPS[x_op], 4 * splits * B * N,
                         None, parts, grid[0])
     reduce_grid = (math.ceil(B * (N // 2 if out == "silu" else N) / REDUCE_THREADS), 1, 1)
