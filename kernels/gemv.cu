@@ -35,7 +35,7 @@
 //   split order and stores y (splitk_reduce's bits, without its launch); extra arguments partial and counters int32
 //   [ceil(N / 16)] (zeros before the first launch, zeros again after each), may be null when splits == 1.
 // gemm_tc (B > 16): tiled skinny GEMM on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate). A block owns
-//   a 64 (batch) x 64 (weight rows) tile and one K range; 64-wide K tiles of x and W stream through a
+//   a 64 (batch; 32 when B <= 32) x 64 (weight rows) tile and one K range; 64-wide K tiles of x and W stream through a
 //   TC_STAGES-deep cp.async pipeline in shared memory (the first W tiles issued before the PDL wait; X_RMSNORM
 //   applied in place to each landed x tile).
 //   grid = (ceil(B / 64), ceil(N / 64), splits), block = (128,) exactly, dynamic shared >= TC_SHARED bytes (55296;
@@ -288,23 +288,25 @@ __device__ __forceinline__ void w_tile_async(bf16* ws, const bf16* w, int row0, 
     }
 }
 
-// cp.async the x tile (batch rows [row0, row0 + 64), the same thread-to-chunk map as w_tile_async), as stored:
+// cp.async the x tile (batch rows [row0, row0 + TM), the same thread-to-chunk map as w_tile_async), as stored:
 // rows whose scale sc[i] is 0 (inactive, or past B) and columns past k1 are zeros. x_op is applied in place after
 // the copy lands (x_tile_norm).
-__device__ __forceinline__ void x_tile_async(bf16* xs, const bf16* x, const float sc[4], int row0, int K, int k,
-                                             int k1) {
+template <int TM>
+__device__ __forceinline__ void x_tile_async(bf16* xs, const bf16* x, const float sc[TM / 16], int row0, int K,
+                                             int k, int k1) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < TM / 16; ++i) {
         const int c = threadIdx.x + i * 128, r = c / 8, col = k + (c % 8) * 8;
         const bool ok = sc[i] != 0.0f && col < k1;
         cp_async16_or_zero(xs + r * TC_LD + (c % 8) * 8, ok ? x + (size_t)(row0 + r) * K + col : x, ok);
     }
 }
 
-// X_RMSNORM on this thread's own four chunks of a landed x tile (g: the 8 norm weights of its column).
-__device__ __forceinline__ void x_tile_norm(bf16* xs, const float sc[4], const uint4& g) {
+// X_RMSNORM on this thread's own TM / 16 chunks of a landed x tile (g: the 8 norm weights of its column).
+template <int TM>
+__device__ __forceinline__ void x_tile_norm(bf16* xs, const float sc[TM / 16], const uint4& g) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < TM / 16; ++i) {
         const int c = threadIdx.x + i * 128;
         uint4* p = reinterpret_cast<uint4*>(xs + (c / 8) * TC_LD + (c % 8) * 8);
         if (sc[i] != 0.0f) *p = rmsnorm_x8(*p, g, sc[i]);
@@ -351,13 +353,14 @@ extern "C" __global__ void __launch_bounds__(128) rms_input(bf16* __restrict__ h
 }
 
 // gemm_tc's split K, merged by the tile's last block instead of a splitk_reduce launch after it: every block
-// stores its 64 x 64 fp32 sums (cs, [TC_M][TC_LDC] in shared memory) to its slab of partial ([tiles][splits][64][64],
+// stores its TM x 64 fp32 sums (cs, [TM][TC_LDC] in shared memory) to its slab of partial ([tiles][splits][TM][64],
 // tile = blockIdx.y * gridDim.x + blockIdx.x) and counts itself in counters[tile] (one acq_rel atomic after a
 // barrier: attention's fused combine); the last block to count resets the counter to 0 for the next launch and
 // sums the tile's slabs in split order (0.0f + s0 + s1 + ...: splitk_reduce's order and bits) into cs. Returns
 // whether this block is that last one (block-uniform) and so stores the outputs.
+template <int TM>
 __device__ __forceinline__ bool tc_merge_splits(float* cs, float* __restrict__ partial, int* __restrict__ counters) {
-    constexpr int QUADS = TC_M * TC_N / 4, PER = QUADS / 128;  // float4s per slab, per thread (block = 128)
+    constexpr int QUADS = TM * TC_N / 4, PER = QUADS / 128;  // float4s per slab, per thread (block = 128)
     const int tile = blockIdx.y * gridDim.x + blockIdx.x, splits = gridDim.z;
     float4* slabs = reinterpret_cast<float4*>(partial) + (size_t)tile * splits * QUADS;
     // thread t owns float4s e = t + 128 i: row e / 16, columns 4 (e % 16) .. + 3 of cs
@@ -383,15 +386,16 @@ __device__ __forceinline__ bool tc_merge_splits(float* cs, float* __restrict__ p
     return true;
 }
 
-// gemm_tc's stores from cs ([TC_M][TC_LDC] fp32 sums; OUT_SILU: g in column n, u in n + outs). Thread t owns the
+// gemm_tc's stores from cs ([TM][TC_LDC] fp32 sums; OUT_SILU: g in column n, u in n + outs). Thread t owns the
 // 8-output chunks t + 128 i of the tile (row c / (outs / 8)) and stores each with one 16-byte store (two for fp32);
 // OUT_RESIDUAL's loads of y for all its chunks are issued before any add: one L2 round trip a thread, where one
 // per output made a split tile's merge (below) 2-3x dearer than splitk_reduce's launch. Chunks past B or rows, y
 // rows that are not 16-byte aligned and OUT_PARTIAL go element by element (store_unit); the bits are the same.
+template <int TM>
 __device__ __forceinline__ void tc_store(void* y, const float* cs, const float* scale_s, int mode, int B, int N,
                                          int m0, int n0, const TileRows& tr) {
-    constexpr int MAXC = TC_M * TC_N / 8 / 128;  // chunks a thread at most (block = 128)
-    const int per_row = tr.outs / 8, chunks = TC_M * per_row, ld = tr.half ? tr.half : N;  // ld: y's row
+    constexpr int MAXC = TM * TC_N / 8 / 128;  // chunks a thread at most (block = 128)
+    const int per_row = tr.outs / 8, chunks = TM * per_row, ld = tr.half ? tr.half : N;  // ld: y's row
     const bool aligned = ld % 8 == 0 && mode != OUT_PARTIAL;
     uint4 res[MAXC];
 #pragma unroll
@@ -439,12 +443,14 @@ __device__ __forceinline__ void tc_store(void* y, const float* cs, const float* 
 #define TC_TILE_ELEMS (TC_M * TC_LD)  // one operand tile, padded rows
 #define TC_SHARED (TC_STAGES * 2 * TC_TILE_ELEMS * 2)
 
-extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* __restrict__ x,
-                                                          const bf16* __restrict__ w,
-                                                          const bf16* __restrict__ norm,
-                                                          const int* __restrict__ positions, int B, int N, int K,
-                                                          int k_chunk, int mode, float eps, int x_op,
-                                                          float* __restrict__ partial, int* __restrict__ counters) {
+// gemm_tc's body for row tiles of TM = 64 or 32 batch rows: warp w owns rows [(w / 2) TM / 2, + TM / 2) and
+// weight rows [(w % 2) 32, + 32) of the tile, TM / 32 m16 x 4 n8 MMA fragments.
+template <int TM>
+__device__ __forceinline__ void gemm_tc_body(void* y, const bf16* __restrict__ x, const bf16* __restrict__ w,
+                                             const bf16* __restrict__ norm, const int* __restrict__ positions, int B,
+                                             int N, int K, int k_chunk, int mode, float eps, int x_op,
+                                             float* __restrict__ partial, int* __restrict__ counters) {
+    constexpr int MI = TM / 32, XC = TM / 16;  // m16 fragments per warp, x chunks per thread
     __shared__ float scale_s[TC_M];
     extern __shared__ __align__(16) unsigned char tc_raw[];
     bf16* stages = reinterpret_cast<bf16*>(tc_raw);  // [TC_STAGES][x tile | W tile]: [2][64][TC_LD] each
@@ -452,13 +458,13 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
 
     const TileRows tr = tile_rows(mode, N, TC_N);  // OUT_SILU: 32 gate/up row pairs
     const int half = tr.half, rows = tr.rows, outs = tr.outs;
-    const int m0 = blockIdx.x * TC_M, n0 = blockIdx.y * outs;
+    const int m0 = blockIdx.x * TM, n0 = blockIdx.y * outs;
     const int k0 = blockIdx.z * k_chunk, k1 = min(K, k0 + k_chunk);
     const int tiles = (k1 - k0 + TC_K - 1) / TC_K;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;  // this warp's 32 x 32 output tile
+    const int wm = (warp >> 1) * 16 * MI, wn = (warp & 1) * 32;  // this warp's (16 MI) x 32 output tile
     const int g = lane >> 2, t2 = (lane & 3) * 2;           // mma fragment coordinates
-    rows_active(scale_s, positions, m0, min(TC_M, B - m0), TC_M);
+    rows_active(scale_s, positions, m0, min(TM, B - m0), TM);
     // Weights do not depend on the kernel before (pdl.cuh): the first TC_STAGES - 1 W tiles go out before the wait,
     // as one cp.async group; then one group per x tile. Every later iteration commits one group (W and x of the tile
     // TC_STAGES - 1 ahead, or nothing past the end), so tile t has landed once at most TC_STAGES - 2 are pending.
@@ -467,13 +473,13 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
         if (s < tiles) w_tile_async(stages + (2 * s + 1) * TC_TILE_ELEMS, w, n0, rows, half, K, k0 + s * TC_K, k1);
     cp_async_commit();
     pdl_begin();
-    rows_scale(scale_s, x, x_op, m0, TC_M, K, eps);
-    float sc[4];
+    rows_scale(scale_s, x, x_op, m0, TM, K, eps);
+    float sc[XC];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) sc[i] = scale_s[(threadIdx.x + i * 128) / 8];
+    for (int i = 0; i < XC; ++i) sc[i] = scale_s[(threadIdx.x + i * 128) / 8];
 #pragma unroll
     for (int s = 0; s < TC_STAGES - 1; ++s) {
-        if (s < tiles) x_tile_async(stages + 2 * s * TC_TILE_ELEMS, x, sc, m0, K, k0 + s * TC_K, k1);
+        if (s < tiles) x_tile_async<TM>(stages + 2 * s * TC_TILE_ELEMS, x, sc, m0, K, k0 + s * TC_K, k1);
         cp_async_commit();
     }
     // X_RMSNORM: this thread's 8 norm weights of the next tile, loaded a tile ahead (the same column in all 4 chunks)
@@ -481,9 +487,9 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
     const bool rms = x_op == X_RMSNORM;
     uint4 g_next = rms && ncol < k1 ? __ldg(reinterpret_cast<const uint4*>(norm + ncol)) : make_uint4(0, 0, 0, 0);
 
-    float acc[2][4][4];  // [m16 frag][n8 frag][4]
+    float acc[MI][4][4];  // [m16 frag][n8 frag][4]
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < MI; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j)
 #pragma unroll
@@ -498,13 +504,13 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
             const uint4 gv = g_next;
             const int nk = ncol + (t + 1) * TC_K;
             if (t + 1 < tiles && nk < k1) g_next = __ldg(reinterpret_cast<const uint4*>(norm + nk));
-            x_tile_norm(xt, sc, gv);
+            x_tile_norm<TM>(xt, sc, gv);
         }
         const int ahead = t + TC_STAGES - 1;  // into the buffers tile t - 1 used
         if (ahead < tiles) {
             bf16* xa = stages + 2 * (ahead % TC_STAGES) * TC_TILE_ELEMS;
             w_tile_async(xa + TC_TILE_ELEMS, w, n0, rows, half, K, k0 + ahead * TC_K, k1);
-            x_tile_async(xa, x, sc, m0, K, k0 + ahead * TC_K, k1);
+            x_tile_async<TM>(xa, x, sc, m0, K, k0 + ahead * TC_K, k1);
         }
         cp_async_commit();
         if (rms) __syncthreads();  // the normalised tile, before any warp reads another thread's chunks
@@ -513,9 +519,9 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
             // ldmatrix: A (x rows) lanes 0-15 rows 0-15 at k, 16-31 the same rows at k + 8 -> a0..a3; B (W rows) lanes
             // 0-7 / 8-15 n-tile j at k / k + 8, 16-31 n-tile j + 1 -> b[j][0..1], b[j + 1][0..1]. The registers are
             // the lds32 loads' (rows g, g + 8, columns t2, t2 + 8), 4 instructions instead of 16.
-            unsigned a[2][4], b[4][2];
+            unsigned a[MI][4], b[4][2];
 #pragma unroll
-            for (int i = 0; i < 2; ++i)
+            for (int i = 0; i < MI; ++i)
                 ldmatrix_x4(a[i], xt + (wm + i * 16 + (lane & 15)) * TC_LD + kk + (lane >> 4) * 8);
 #pragma unroll
             for (int j = 0; j < 4; j += 2) {
@@ -527,7 +533,7 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
                 b[j + 1][1] = r[3];
             }
 #pragma unroll
-            for (int i = 0; i < 2; ++i)
+            for (int i = 0; i < MI; ++i)
 #pragma unroll
                 for (int j = 0; j < 4; ++j) mma_bf16_16816(acc[i][j], a[i], b[j]);
         }
@@ -536,7 +542,7 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
     __syncthreads();
 
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < MI; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             float* c = cs + (wm + i * 16 + g) * TC_LDC + wn + j * 8 + t2;
@@ -546,8 +552,22 @@ extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* _
             c[8 * TC_LDC + 1] = acc[i][j][3];
         }
     __syncthreads();
-    if (gridDim.z > 1 && mode != OUT_PARTIAL && !tc_merge_splits(cs, partial, counters)) return;
-    tc_store(y, cs, scale_s, mode, B, N, m0, n0, tr);
+    if (gridDim.z > 1 && mode != OUT_PARTIAL && !tc_merge_splits<TM>(cs, partial, counters)) return;
+    tc_store<TM>(y, cs, scale_s, mode, B, N, m0, n0, tr);
+}
+
+// B <= 32 runs 32-row tiles: the same grid (one row tile either way) with half the x tile and half the MMAs, which
+// for B = 17-32 would multiply rows of zeros.
+extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* __restrict__ x,
+                                                          const bf16* __restrict__ w,
+                                                          const bf16* __restrict__ norm,
+                                                          const int* __restrict__ positions, int B, int N, int K,
+                                                          int k_chunk, int mode, float eps, int x_op,
+                                                          float* __restrict__ partial, int* __restrict__ counters) {
+    if (B <= 32 && gridDim.x == 1)
+        gemm_tc_body<32>(y, x, w, norm, positions, B, N, K, k_chunk, mode, eps, x_op, partial, counters);
+    else
+        gemm_tc_body<64>(y, x, w, norm, positions, B, N, K, k_chunk, mode, eps, x_op, partial, counters);
 }
 
 // gemv_mma: weight-streaming GEMV on tensor cores ("swap AB": W is the 16-row A operand, x^T the 8-column

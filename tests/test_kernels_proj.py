@@ -49,7 +49,7 @@ FILES = ["embedding", "rmsnorm", "gemv", "silu_mul", "sample"]
 # (N, K): 1b qkv / o / gate_up / down / lm_head, small qkv / o, a split-K gemv, tiny, ragged (N % 4, K % 64).
 GEMV_SHAPES = [(6144, 2048), (2048, 2048), (11264, 2048), (2048, 5632), (32000, 2048), (2304, 768),
                (768, 768), (768, 2048), (64, 64), (99, 40)]
-BATCHES = [1, 2, 3, 4, 8, 16, 37, 64, 256]
+BATCHES = [1, 2, 3, 4, 8, 16, 24, 37, 64, 256]  # 24: gemm_tc's 32-row tiles
 VARIANTS = [("gemv", None), ("gemv", 3), ("gemv_rows", None), ("gemv_mma", 1), ("gemv_mma", 3), ("gemm_tc", None)]
 
 
@@ -782,14 +782,15 @@ def test_rms_input_gives_gemm_tc_the_rows_it_normalises_itself(mods, stream, rng
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel,batches", [("gemm_tc", (37, 130)), ("gemv_mma", (5, 16))])
+@pytest.mark.parametrize("kernel,batches", [("gemm_tc", (24, 37, 130)), ("gemv_mma", (5, 16))])
 @pytest.mark.parametrize("N,K,out,x_op", [(6144, 2048, "residual", "rmsnorm"), (4096, 768, "silu", "rmsnorm"),
                                           (2048, 5632, "f32", "plain"), (98, 200, "bf16", "plain")])
 def test_split_k_merges_in_the_kernel_as_splitk_reduce_would(mods, stream, rng, N, K, out, x_op, kernel, batches):
     """A split gemm_tc's (gemv_mma's) last block per tile (row block) sums the splits in splitk_reduce's order, so
-    its bytes equal the two-launch path (mode PARTIAL, then splitk_reduce): gemm_tc at B = 37 (one row tile) and 130
-    (three; a ragged last tile), gemv_mma at B = 5 and 16, with a third of the rows inactive (x NaN: never read;
-    "residual" leaves them as they were). The counters come back zero, so launching again gives the same bytes."""
+    its bytes equal the two-launch path (mode PARTIAL, then splitk_reduce): gemm_tc at B = 24 (a 32-row tile), 37
+    (one 64-row tile) and 130 (three; a ragged last tile), gemv_mma at B = 5 and 16, with a third of the rows inactive
+    (x NaN: never read; "residual" leaves them as they were). The counters come back zero, so launching again gives
+    the same bytes."""
     eps = 1e-5
     w, g = bf16(rng.standard_normal((N, K)) / math.sqrt(K)), bf16(rng.uniform(0.5, 1.5, K))  # [N, K], [K]
     wd, gd = upload(w), upload(g)
