@@ -321,8 +321,6 @@ __device__ __forceinline__ void mma_bf16_16816(float d[4], const unsigned a[4], 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-__device__ __forceinline__ unsigned lds32(const bf16* p) { return *reinterpret_cast<const unsigned*>(p); }
-
 // Four 8 x 8 bf16 matrices from shared memory, one row address per lane (lanes 8m..8m+7: rows of matrix m); lane
 // (g, t) gets row g, columns 2t, 2t + 1 of each (PTX ISA: ldmatrix): the mma.m16n8k16 fragment layout.
 __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const bf16* row) {
@@ -335,7 +333,8 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const bf16* row) {
 // or positions null; other rows are not written): gemm_tc then multiplies h as stored (X_PLAIN) instead of every
 // block of its grid computing the rows' scales (each read all 64 rows x K of x from L2 for them: at B = 64 and
 // K = 2048, 256 KB per block) and normalising each x tile it loads. One warp per row, with rows_scale's sum and
-// rmsnorm_x8's rounding: the same bits gemm_tc's X_RMSNORM multiplies. grid = (ceil(B / 4),), block = (128,).
+// rmsnorm_x8's rounding: the same bits gemm_tc's X_RMSNORM multiplies (rmsnorm.cu's kernel sums a row over a block
+// in another order and takes no positions, so it is not used here). grid = (ceil(B / 4),), block = (128,).
 // Arguments: h bf16 [B, K], x bf16 [B, K], norm bf16 [K], positions int32 [B] (may be null), B, K, eps.
 extern "C" __global__ void __launch_bounds__(128) rms_input(bf16* __restrict__ h, const bf16* __restrict__ x,
                                                             const bf16* __restrict__ norm,
@@ -389,7 +388,7 @@ __device__ __forceinline__ bool tc_merge_splits(float* cs, float* __restrict__ p
 // gemm_tc's stores from cs ([TM][TC_LDC] fp32 sums; OUT_SILU: g in column n, u in n + outs). Thread t owns the
 // 8-output chunks t + 128 i of the tile (row c / (outs / 8)) and stores each with one 16-byte store (two for fp32);
 // OUT_RESIDUAL's loads of y for all its chunks are issued before any add: one L2 round trip a thread, where one
-// per output made a split tile's merge (below) 2-3x dearer than splitk_reduce's launch. Chunks past B or rows, y
+// per output made a split tile's merge (above) 2-3x dearer than splitk_reduce's launch. Chunks past B or rows, y
 // rows that are not 16-byte aligned and OUT_PARTIAL go element by element (store_unit); the bits are the same.
 template <int TM>
 __device__ __forceinline__ void tc_store(void* y, const float* cs, const float* scale_s, int mode, int B, int N,
@@ -517,8 +516,8 @@ __device__ __forceinline__ void gemm_tc_body(void* y, const bf16* __restrict__ x
 #pragma unroll
         for (int kk = 0; kk < TC_K; kk += 16) {
             // ldmatrix: A (x rows) lanes 0-15 rows 0-15 at k, 16-31 the same rows at k + 8 -> a0..a3; B (W rows) lanes
-            // 0-7 / 8-15 n-tile j at k / k + 8, 16-31 n-tile j + 1 -> b[j][0..1], b[j + 1][0..1]. The registers are
-            // the lds32 loads' (rows g, g + 8, columns t2, t2 + 8), 4 instructions instead of 16.
+            // 0-7 / 8-15 n-tile j at k / k + 8, 16-31 n-tile j + 1 -> b[j][0..1], b[j + 1][0..1]. The registers hold
+            // what 32-bit loads of rows g, g + 8 at columns t2, t2 + 8 would: 4 instructions instead of 16.
             unsigned a[MI][4], b[4][2];
 #pragma unroll
             for (int i = 0; i < MI; ++i)

@@ -221,7 +221,7 @@ class DecodeModel:
         self.part_o = new(max(n_o, 1), np.float32)                     # attention split partials
         self.part_ml = new(max(n_ml, 1), np.float32)
         self.attn_counters = new(B * H, np.int32)                      # fused attention combine; kept zero
-        self.tc_counters = new(max(max_counters(sizes, shapes), 1), np.int32)  # gemm_tc's split merge; kept zero
+        self.tc_counters = new(max(max_counters(sizes, shapes), 1), np.int32)  # in-kernel split merges; kept zero
         if new is not _plan_view:
             self.attn_counters.zero()
             self.tc_counters.zero()

@@ -16,9 +16,10 @@
 - otherwise ``2 <= B <= 16``: ``gemv_mma``, 16 weight rows per 256-thread block streamed straight into tensor-core
   fragments (4 x 2 16-byte loads in flight per lane, 3 blocks per SM, or 2 where ``two_per_sm`` says);
   each weight row is read once per launch.
-- ``B > 16``: ``gemm_tc``, 64 x 64 output tiles on tensor cores (mma.sync bf16, fp32 accumulate), K tiles of x and
-  W streamed through a ``TC_STAGES``-deep cp.async pipeline in ``TC_SHARED`` bytes of shared memory (4 blocks per
-  SM), or 2 blocks per SM where ``two_per_sm`` says.
+- ``B > 16``: ``gemm_tc``, 64 x 64 output tiles on tensor cores (mma.sync bf16, fp32 accumulate; the kernel takes
+  32-row tiles itself at B <= 32, on the same grid), K tiles of x and W streamed through a ``TC_STAGES``-deep
+  cp.async pipeline in ``TC_SHARED`` bytes of shared memory (4 blocks per SM), or 2 blocks per SM where
+  ``two_per_sm`` says.
 
 These choices follow measurements on the H200 (benchmarks/gemv_bandwidth.py --alternatives, benchmarks/NOTES.md):
 at B = 1 the one-wave ``gemv`` took the 1b decode step from 0.97 to 0.83 ms (graph, context 512) where the
@@ -116,8 +117,9 @@ class Launch(NamedTuple):
 @dataclass(frozen=True)
 class GemvPlan:
     """How to launch one projection. ``kernel, grid, block, shared, splits`` describe the main launch; with
-    ``splits > 1`` it writes partials: ``gemv`` / ``gemv_mma`` with ``mode == PARTIAL``, and ``splitk_reduce``
-    follows; ``gemm_tc`` with the output's mode, merging them itself (``counters`` > 0)."""
+    ``splits > 1`` it writes partials: ``gemv`` (and ``gemv_mma`` on fewer than ``MMA_MERGE_MIN`` row blocks) with
+    ``mode == PARTIAL``, and ``splitk_reduce`` follows; ``gemm_tc`` and other ``gemv_mma`` grids with the output's
+    mode, merging them in the kernel (``counters`` > 0)."""
 
     kernel: str
     grid: tuple[int, int, int]
@@ -131,7 +133,7 @@ class GemvPlan:
     workspace_bytes: int  # fp32 partials ([splits, B, N]; gemm_tc [tiles, splits, 64, 64]); 0 when splits == 1
     reduce_grid: tuple[int, int, int] | None  # splitk_reduce's grid, None when no reduce launch follows
     parts: int = 1  # gemv: warps per weight row (its `parts` argument)
-    counters: int = 0  # gemm_tc with splits > 1: int32 tile counters it needs (zeros; it leaves them zero)
+    counters: int = 0  # a split merged in the kernel: int32 tile counters it needs (zeros; it leaves them zero)
 
     def launches(self, y, x, w, workspace, B: int, N: int, K: int, norm=None, eps: float = 0.0,
                  positions=None, normed=None, counters=None) -> list[Launch]:
@@ -142,8 +144,8 @@ class GemvPlan:
         ``x_op == "rmsnorm"``. ``positions`` (int32 ``[B]``, None: every row active) marks inactive rows (``< 0``):
         they read no input and come out as zeros (``"residual"``: y unchanged). ``normed`` (bf16 ``[B, K]``) lets an
         rmsnorm-fused ``gemm_tc`` multiply rows an ``rms_input`` launch before it normalised once (the same bits)
-        instead of normalising them in every block. ``counters`` (int32 ``[plan.counters]``, zeros) serves a split
-        ``gemm_tc``.
+        instead of normalising them in every block. ``counters`` (int32 ``[plan.counters]``, zeros) serves a plan that
+        merges its splits in the kernel (``plan.counters > 0``).
         """
         if self.x_op == X_OPS["rmsnorm"] and norm is None:
             raise ValueError("an rmsnorm-fused projection needs the norm weight")
