@@ -34,7 +34,7 @@ PRESET = "1b"
 SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256)
 KV_TOKENS = 256
 STATIC_BUFFERS = ("tokens", "positions", "block_tables", "x", "qkv", "attn", "gu", "logits", "attn_counters",
-                  "tc_counters", "next_tokens", "normed", "workspace", "part_o", "part_ml")
+                  "split_counters", "next_tokens", "normed", "workspace", "part_o", "part_ml")
 TARGET_S, TARGET_RATIO = 0.5, 1.2
 MIB = 2**20
 

@@ -221,10 +221,10 @@ class DecodeModel:
         self.part_o = new(max(n_o, 1), np.float32)                     # attention split partials
         self.part_ml = new(max(n_ml, 1), np.float32)
         self.attn_counters = new(B * H, np.int32)                      # fused attention combine; kept zero
-        self.tc_counters = new(max(max_counters(sizes, shapes), 1), np.int32)  # in-kernel split merges; kept zero
+        self.split_counters = new(max(max_counters(sizes, shapes), 1), np.int32)  # in-kernel split merges; kept zero
         if new is not _plan_view:
             self.attn_counters.zero()
-            self.tc_counters.zero()
+            self.split_counters.zero()
             device().synchronize()  # the memset lands before any (non-blocking) stream's first launch
         if new is _plan_view:
             return
@@ -253,7 +253,7 @@ class DecodeModel:
         def linear(name, y, x, w, N, K, mode="bf16", x_op="plain", norm=None):  # y[B, N] (mode) op(x) @ w[N, K]^T
             plan = gemv_plan(B, N, K, mode, x_op=x_op)
             for ln in plan.launches(y, x, w, self.workspace, B, N, K, norm, c.rms_norm_eps, self.positions,
-                                    self.normed, self.tc_counters):
+                                    self.normed, self.split_counters):
                 launch(name + _SUFFIX.get(ln.kernel, ""), ln.kernel, LaunchShape(ln.grid, ln.block, ln.shared),
                        **ln.args)
 

@@ -291,13 +291,12 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
     mode = OUT_MODES[out]
     if splits == 1:
         return GemvPlan(kernel, grid, block, shared, 1, k_chunk, mode, mode, X_OPS[x_op], 0, None, parts)
-    if kernel == "gemm_tc":  # each tile's last block merges the splits (tc_merge_splits in gemv.cu)
-        tiles = grid[0] * grid[1]
-        return GemvPlan(kernel, grid, block, shared, splits, k_chunk, mode, mode, X_OPS[x_op],
-                        4 * splits * tiles * TC_TILE * TC_TILE, None, parts, tiles)
-    if kernel == "gemv_mma" and grid[0] >= MMA_MERGE_MIN:  # each row block's last split merges them (gemv.cu)
-        return GemvPlan(kernel, grid, block, shared, splits, k_chunk, mode, mode, X_OPS[x_op], 4 * splits * B * N,
-                        None, parts, grid[0])
+    if kernel == "gemm_tc" or kernel == "gemv_mma" and grid[0] >= MMA_MERGE_MIN:
+        # each tile's last block to finish adds the splits and stores y (tc_merge_splits / mma_merge_splits)
+        tiles = grid[0] * (grid[1] if kernel == "gemm_tc" else 1)
+        per_split = tiles * TC_TILE * TC_TILE if kernel == "gemm_tc" else B * N  # fp32 partials of one split
+        return GemvPlan(kernel, grid, block, shared, splits, k_chunk, mode, mode, X_OPS[x_op], 4 * splits * per_split,
+                        None, parts, tiles)
     reduce_grid = (math.ceil(B * (N // 2 if out == "silu" else N) / REDUCE_THREADS), 1, 1)
     return GemvPlan(kernel, grid, block, shared, splits, k_chunk, PARTIAL, mode, X_OPS[x_op], 4 * splits * B * N,
                     reduce_grid, parts)
@@ -314,5 +313,5 @@ def max_workspace_bytes(batch_sizes: Iterable[int], shapes: Iterable[tuple[int, 
 
 
 def max_counters(batch_sizes: Iterable[int], shapes: Iterable[tuple[int, int]]) -> int:
-    """The most split ``gemm_tc`` tile counters of any ``(N, K)`` in ``shapes`` at any of ``batch_sizes``."""
+    """The most split-merge counters (``plan.counters``) of any ``(N, K)`` in ``shapes`` at any of ``batch_sizes``."""
     return max((p.counters for p in _plans(batch_sizes, shapes)), default=0)
