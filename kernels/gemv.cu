@@ -38,7 +38,7 @@
 //   a 64 (batch; 32 when B <= 32) x 64 (weight rows) tile and one K range; 64-wide K tiles of x and W stream through a
 //   TC_STAGES-deep cp.async pipeline in shared memory (the first W tiles issued before the PDL wait; X_RMSNORM
 //   applied in place to each landed x tile).
-//   grid = (ceil(B / 64), ceil(N / 64), splits), block = (128,) exactly, dynamic shared >= TC_SHARED bytes (55296;
+//   grid = (ceil(B / 64), ceil(N / 64), splits), block = (256,) exactly, dynamic shared >= TC_SHARED bytes (55296;
 //   more only to cap blocks per SM); OUT_SILU: a tile holds 32 gate rows and their 32 up rows (same grid).
 //   splits > 1 (but mode OUT_PARTIAL): the last of a tile's blocks sums the splits' fp32 tiles and applies mode
 //   itself, as gemv_mma does (tc_merge_splits); extra arguments partial fp32 [tiles * splits * 64 * 64] and counters
@@ -255,6 +255,7 @@ __device__ __forceinline__ void rows_scale(float* scale_s, const bf16* __restric
 #define TC_K 64
 #define TC_LD (TC_K + 8)  // padded row (144 bytes): fragment loads hit 32 distinct banks
 #define TC_LDC (TC_N + 4)
+#define TC_THREADS 256  // gemm_tc's block: 8 warps
 
 __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
     const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
@@ -280,8 +281,8 @@ __device__ __forceinline__ void cp_async16_or_zero(void* dst, const void* src, b
 __device__ __forceinline__ void w_tile_async(bf16* ws, const bf16* w, int row0, int rows, int half, int K, int k,
                                              int k1) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int c = threadIdx.x + i * 128, r = c / 8, col = k + (c % 8) * 8;
+    for (int i = 0; i < TC_M * 8 / TC_THREADS; ++i) {
+        const int c = threadIdx.x + i * TC_THREADS, r = c / 8, col = k + (c % 8) * 8;
         const int n = row0 + (half ? r % 32 : r), row = n + (half && r >= 32 ? half : 0);
         const bool ok = n < rows && col < k1;
         cp_async16_or_zero(ws + r * TC_LD + (c % 8) * 8, ok ? w + (size_t)row * K + col : w, ok);
@@ -292,22 +293,22 @@ __device__ __forceinline__ void w_tile_async(bf16* ws, const bf16* w, int row0, 
 // rows whose scale sc[i] is 0 (inactive, or past B) and columns past k1 are zeros. x_op is applied in place after
 // the copy lands (x_tile_norm).
 template <int TM>
-__device__ __forceinline__ void x_tile_async(bf16* xs, const bf16* x, const float sc[TM / 16], int row0, int K,
-                                             int k, int k1) {
+__device__ __forceinline__ void x_tile_async(bf16* xs, const bf16* x, const float sc[TM * 8 / TC_THREADS], int row0,
+                                             int K, int k, int k1) {
 #pragma unroll
-    for (int i = 0; i < TM / 16; ++i) {
-        const int c = threadIdx.x + i * 128, r = c / 8, col = k + (c % 8) * 8;
+    for (int i = 0; i < TM * 8 / TC_THREADS; ++i) {
+        const int c = threadIdx.x + i * TC_THREADS, r = c / 8, col = k + (c % 8) * 8;
         const bool ok = sc[i] != 0.0f && col < k1;
         cp_async16_or_zero(xs + r * TC_LD + (c % 8) * 8, ok ? x + (size_t)(row0 + r) * K + col : x, ok);
     }
 }
 
-// X_RMSNORM on this thread's own TM / 16 chunks of a landed x tile (g: the 8 norm weights of its column).
+// X_RMSNORM on this thread's own chunks of a landed x tile (g: the 8 norm weights of its column).
 template <int TM>
-__device__ __forceinline__ void x_tile_norm(bf16* xs, const float sc[TM / 16], const uint4& g) {
+__device__ __forceinline__ void x_tile_norm(bf16* xs, const float sc[TM * 8 / TC_THREADS], const uint4& g) {
 #pragma unroll
-    for (int i = 0; i < TM / 16; ++i) {
-        const int c = threadIdx.x + i * 128;
+    for (int i = 0; i < TM * 8 / TC_THREADS; ++i) {
+        const int c = threadIdx.x + i * TC_THREADS;
         uint4* p = reinterpret_cast<uint4*>(xs + (c / 8) * TC_LD + (c % 8) * 8);
         if (sc[i] != 0.0f) *p = rmsnorm_x8(*p, g, sc[i]);
     }
@@ -359,14 +360,14 @@ extern "C" __global__ void __launch_bounds__(128) rms_input(bf16* __restrict__ h
 // whether this block is that last one (block-uniform) and so stores the outputs.
 template <int TM>
 __device__ __forceinline__ bool tc_merge_splits(float* cs, float* __restrict__ partial, int* __restrict__ counters) {
-    constexpr int QUADS = TM * TC_N / 4, PER = QUADS / 128;  // float4s per slab, per thread (block = 128)
+    constexpr int QUADS = TM * TC_N / 4, PER = QUADS / TC_THREADS;  // float4s per slab, per thread
     const int tile = blockIdx.y * gridDim.x + blockIdx.x, splits = gridDim.z;
     float4* slabs = reinterpret_cast<float4*>(partial) + (size_t)tile * splits * QUADS;
-    // thread t owns float4s e = t + 128 i: row e / 16, columns 4 (e % 16) .. + 3 of cs
+    // thread t owns float4s e = t + TC_THREADS i: row e / 16, columns 4 (e % 16) .. + 3 of cs
     auto at = [cs](int e) { return reinterpret_cast<float4*>(cs + (e / (TC_N / 4)) * TC_LDC + (e % (TC_N / 4)) * 4); };
 #pragma unroll
     for (int i = 0; i < PER; ++i)
-        __stcg(slabs + (size_t)blockIdx.z * QUADS + threadIdx.x + i * 128, *at(threadIdx.x + i * 128));
+        __stcg(slabs + (size_t)blockIdx.z * QUADS + threadIdx.x + i * TC_THREADS, *at(threadIdx.x + i * TC_THREADS));
     if (!last_block_of(counters + tile, splits)) return false;
     float4 v[PER];
 #pragma unroll
@@ -375,38 +376,38 @@ __device__ __forceinline__ bool tc_merge_splits(float* cs, float* __restrict__ p
     for (int s = 0; s < splits; ++s) {  // 2 x PER independent L2 loads (__ldcg: other blocks wrote them) in flight
 #pragma unroll
         for (int i = 0; i < PER; ++i) {
-            const float4 p = __ldcg(slabs + (size_t)s * QUADS + threadIdx.x + i * 128);
+            const float4 p = __ldcg(slabs + (size_t)s * QUADS + threadIdx.x + i * TC_THREADS);
             v[i].x += p.x, v[i].y += p.y, v[i].z += p.z, v[i].w += p.w;
         }
     }
 #pragma unroll
-    for (int i = 0; i < PER; ++i) *at(threadIdx.x + i * 128) = v[i];
+    for (int i = 0; i < PER; ++i) *at(threadIdx.x + i * TC_THREADS) = v[i];
     __syncthreads();
     return true;
 }
 
 // gemm_tc's stores from cs ([TM][TC_LDC] fp32 sums; OUT_SILU: g in column n, u in n + outs). Thread t owns the
-// 8-output chunks t + 128 i of the tile (row c / (outs / 8)) and stores each with one 16-byte store (two for fp32);
-// OUT_RESIDUAL's loads of y for all its chunks are issued before any add: one L2 round trip a thread, where one
-// per output made a split tile's merge (above) 2-3x dearer than splitk_reduce's launch. Chunks past B or rows, y
+// 8-output chunks t + TC_THREADS i of the tile (row c / (outs / 8)) and stores each with one 16-byte store (two for
+// fp32); OUT_RESIDUAL's loads of y for all its chunks are issued before any add: one L2 round trip a thread, where
+// one per output made a split tile's merge (above) 2-3x dearer than splitk_reduce's launch. Chunks past B or rows, y
 // rows that are not 16-byte aligned and OUT_PARTIAL go element by element (store_unit); the bits are the same.
 template <int TM>
 __device__ __forceinline__ void tc_store(void* y, const float* cs, const float* scale_s, int mode, int B, int N,
                                          int m0, int n0, const TileRows& tr) {
-    constexpr int MAXC = TM * TC_N / 8 / 128;  // chunks a thread at most (block = 128)
+    constexpr int MAXC = TM * TC_N / 8 / TC_THREADS;  // chunks a thread at most
     const int per_row = tr.outs / 8, chunks = TM * per_row, ld = tr.half ? tr.half : N;  // ld: y's row
     const bool aligned = ld % 8 == 0 && mode != OUT_PARTIAL;
     uint4 res[MAXC];
 #pragma unroll
     for (int i = 0; i < MAXC; ++i) {
-        const int c = threadIdx.x + i * 128, m = c / per_row, n = (c % per_row) * 8;
+        const int c = threadIdx.x + i * TC_THREADS, m = c / per_row, n = (c % per_row) * 8;
         res[i] = make_uint4(0, 0, 0, 0);
         if (mode == OUT_RESIDUAL && aligned && c < chunks && m0 + m < B && n0 + n + 8 <= tr.rows && scale_s[m] != 0.0f)
             res[i] = *reinterpret_cast<const uint4*>(static_cast<const bf16*>(y) + (size_t)(m0 + m) * ld + n0 + n);
     }
 #pragma unroll
     for (int i = 0; i < MAXC; ++i) {
-        const int c = threadIdx.x + i * 128, m = c / per_row, n = (c % per_row) * 8;
+        const int c = threadIdx.x + i * TC_THREADS, m = c / per_row, n = (c % per_row) * 8;
         if (c >= chunks || m0 + m >= B) continue;
         const float* v = cs + m * TC_LDC + n;
         const bool on = scale_s[m] != 0.0f;
@@ -442,14 +443,15 @@ __device__ __forceinline__ void tc_store(void* y, const float* cs, const float* 
 #define TC_TILE_ELEMS (TC_M * TC_LD)  // one operand tile, padded rows
 #define TC_SHARED (TC_STAGES * 2 * TC_TILE_ELEMS * 2)
 
-// gemm_tc's body for row tiles of TM = 64 or 32 batch rows: warp w owns rows [(w / 2) TM / 2, + TM / 2) and
-// weight rows [(w % 2) 32, + 32) of the tile, TM / 32 m16 x 4 n8 MMA fragments.
+// gemm_tc's body for row tiles of TM = 64 or 32 batch rows: the 8 warps split the tile into TM / 16 rows of warps
+// (16 batch rows each) by NW = 8 / (TM / 16) columns (64 / NW weight rows each): warp w owns rows 16 (w / NW) and
+// weight rows (w % NW) 64 / NW of the tile, one m16 by NJ = 8 / NW n8 MMA fragments.
 template <int TM>
 __device__ __forceinline__ void gemm_tc_body(void* y, const bf16* __restrict__ x, const bf16* __restrict__ w,
                                              const bf16* __restrict__ norm, const int* __restrict__ positions, int B,
                                              int N, int K, int k_chunk, int mode, float eps, int x_op,
                                              float* __restrict__ partial, int* __restrict__ counters) {
-    constexpr int MI = TM / 32, XC = TM / 16;  // m16 fragments per warp, x chunks per thread
+    constexpr int NW = 8 / (TM / 16), NJ = 8 / NW, XC = TM * 8 / TC_THREADS;  // warp columns, n8 frags, x chunks
     __shared__ float scale_s[TC_M];
     extern __shared__ __align__(16) unsigned char tc_raw[];
     bf16* stages = reinterpret_cast<bf16*>(tc_raw);  // [TC_STAGES][x tile | W tile]: [2][64][TC_LD] each
@@ -461,7 +463,7 @@ __device__ __forceinline__ void gemm_tc_body(void* y, const bf16* __restrict__ x
     const int k0 = blockIdx.z * k_chunk, k1 = min(K, k0 + k_chunk);
     const int tiles = (k1 - k0 + TC_K - 1) / TC_K;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int wm = (warp >> 1) * 16 * MI, wn = (warp & 1) * 32;  // this warp's (16 MI) x 32 output tile
+    const int wm = (warp / NW) * 16, wn = (warp % NW) * (TC_N / NW);  // this warp's 16 x (8 NJ) output tile
     const int g = lane >> 2, t2 = (lane & 3) * 2;           // mma fragment coordinates
     rows_active(scale_s, positions, m0, min(TM, B - m0), TM);
     // Weights do not depend on the kernel before (pdl.cuh): the first TC_STAGES - 1 W tiles go out before the wait,
@@ -475,7 +477,7 @@ __device__ __forceinline__ void gemm_tc_body(void* y, const bf16* __restrict__ x
     rows_scale(scale_s, x, x_op, m0, TM, K, eps);
     float sc[XC];
 #pragma unroll
-    for (int i = 0; i < XC; ++i) sc[i] = scale_s[(threadIdx.x + i * 128) / 8];
+    for (int i = 0; i < XC; ++i) sc[i] = scale_s[(threadIdx.x + i * TC_THREADS) / 8];
 #pragma unroll
     for (int s = 0; s < TC_STAGES - 1; ++s) {
         if (s < tiles) x_tile_async<TM>(stages + 2 * s * TC_TILE_ELEMS, x, sc, m0, K, k0 + s * TC_K, k1);
@@ -486,13 +488,11 @@ __device__ __forceinline__ void gemm_tc_body(void* y, const bf16* __restrict__ x
     const bool rms = x_op == X_RMSNORM;
     uint4 g_next = rms && ncol < k1 ? __ldg(reinterpret_cast<const uint4*>(norm + ncol)) : make_uint4(0, 0, 0, 0);
 
-    float acc[MI][4][4];  // [m16 frag][n8 frag][4]
+    float acc[NJ][4];  // [n8 frag][4]
 #pragma unroll
-    for (int i = 0; i < MI; ++i)
+    for (int j = 0; j < NJ; ++j)
 #pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+        for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
 
     for (int t = 0; t < tiles; ++t) {
         bf16* xt = stages + 2 * (t % TC_STAGES) * TC_TILE_ELEMS;
@@ -518,12 +518,10 @@ __device__ __forceinline__ void gemm_tc_body(void* y, const bf16* __restrict__ x
             // ldmatrix: A (x rows) lanes 0-15 rows 0-15 at k, 16-31 the same rows at k + 8 -> a0..a3; B (W rows) lanes
             // 0-7 / 8-15 n-tile j at k / k + 8, 16-31 n-tile j + 1 -> b[j][0..1], b[j + 1][0..1]. The registers hold
             // what 32-bit loads of rows g, g + 8 at columns t2, t2 + 8 would: 4 instructions instead of 16.
-            unsigned a[MI][4], b[4][2];
+            unsigned a[4], b[NJ][2];
+            ldmatrix_x4(a, xt + (wm + (lane & 15)) * TC_LD + kk + (lane >> 4) * 8);
 #pragma unroll
-            for (int i = 0; i < MI; ++i)
-                ldmatrix_x4(a[i], xt + (wm + i * 16 + (lane & 15)) * TC_LD + kk + (lane >> 4) * 8);
-#pragma unroll
-            for (int j = 0; j < 4; j += 2) {
+            for (int j = 0; j < NJ; j += 2) {
                 unsigned r[4];
                 ldmatrix_x4(r, wt + (wn + j * 8 + (lane & 7) + (lane >> 4) * 8) * TC_LD + kk + ((lane >> 3) & 1) * 8);
                 b[j][0] = r[0];
@@ -532,37 +530,38 @@ __device__ __forceinline__ void gemm_tc_body(void* y, const bf16* __restrict__ x
                 b[j + 1][1] = r[3];
             }
 #pragma unroll
-            for (int i = 0; i < MI; ++i)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) mma_bf16_16816(acc[i][j], a[i], b[j]);
+            for (int j = 0; j < NJ; ++j) mma_bf16_16816(acc[j], a, b[j]);
         }
     }
     cp_async_wait<0>();  // only empty groups remain; the buffers become cs after the barrier
     __syncthreads();
 
 #pragma unroll
-    for (int i = 0; i < MI; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            float* c = cs + (wm + i * 16 + g) * TC_LDC + wn + j * 8 + t2;
-            c[0] = acc[i][j][0];
-            c[1] = acc[i][j][1];
-            c[8 * TC_LDC] = acc[i][j][2];
-            c[8 * TC_LDC + 1] = acc[i][j][3];
-        }
+    for (int j = 0; j < NJ; ++j) {
+        float* c = cs + (wm + g) * TC_LDC + wn + j * 8 + t2;
+        c[0] = acc[j][0];
+        c[1] = acc[j][1];
+        c[8 * TC_LDC] = acc[j][2];
+        c[8 * TC_LDC + 1] = acc[j][3];
+    }
     __syncthreads();
     if (gridDim.z > 1 && mode != OUT_PARTIAL && !tc_merge_splits<TM>(cs, partial, counters)) return;
     tc_store<TM>(y, cs, scale_s, mode, B, N, m0, n0, tr);
 }
 
 // B <= 32 runs 32-row tiles: the same grid (one row tile either way) with half the x tile and half the MMAs, which
-// for B = 17-32 would multiply rows of zeros.
-extern "C" __global__ void __launch_bounds__(128) gemm_tc(void* y, const bf16* __restrict__ x,
-                                                          const bf16* __restrict__ w,
-                                                          const bf16* __restrict__ norm,
-                                                          const int* __restrict__ positions, int B, int N, int K,
-                                                          int k_chunk, int mode, float eps, int x_op,
-                                                          float* __restrict__ partial, int* __restrict__ counters) {
+// for B = 17-32 would multiply rows of zeros. 8 warps of one m16 fragment row each at 64 registers
+// (__launch_bounds__(256, 4); NVRTC 13.5 gives 80 unasked, i.e. 3 blocks per SM): 4 blocks = 32 warps per SM, as the
+// pipeline's shared memory also allows. 4 warps of 32 x 32 (126 registers, 16 warps per SM) were 2-6% slower at
+// B = 17-64 and within 1% at 128-256 (graph step, context 512, H200, session 21: 1b B = 24 / 64 / 128 1652 / 2721 /
+// 4545 -> 1598 / 2582 / 4557 us, small B = 256 2373 -> 2392).
+extern "C" __global__ void __launch_bounds__(TC_THREADS, 4) gemm_tc(void* y, const bf16* __restrict__ x,
+                                                                    const bf16* __restrict__ w,
+                                                                    const bf16* __restrict__ norm,
+                                                                    const int* __restrict__ positions, int B, int N,
+                                                                    int K, int k_chunk, int mode, float eps, int x_op,
+                                                                    float* __restrict__ partial,
+                                                                    int* __restrict__ counters) {
     if (B <= 32 && gridDim.x == 1)
         gemm_tc_body<32>(y, x, w, norm, positions, B, N, K, k_chunk, mode, eps, x_op, partial, counters);
     else

@@ -304,7 +304,8 @@ def test_gemv_splits_k_only_past_its_x_row():
 def test_occupancy_caps_hold_for_the_compiled_kernels():
     """The shared-memory caps of plans.py give the blocks per SM they claim for the kernels as compiled now (a
     kernel that grew its static shared memory or registers would silently change them): gemv 3 (4 uncapped),
-    gemv_mma 2 under its cap (3 uncapped), gemm_tc 2 under its cap (4 with its pipeline's shared memory alone)."""
+    gemv_mma 2 under its cap (3 uncapped), gemm_tc 2 under its cap (4 of 8 warps by its
+    registers and its pipeline's shared memory)."""
     use = resource_usage("gemv")
     for N, K, out in [(6144, 2048, "bf16"), (2048, 5632, "residual"), (32000, 2048, "f32"), (11264, 2048, "silu")]:
         plan = gemv_plan(1, N, K, out)
@@ -318,12 +319,12 @@ def test_occupancy_caps_hold_for_the_compiled_kernels():
     assert h200_blocks_per_sm(*use["gemv_mma"], capped.shared) == 2 < h200_blocks_per_sm(*use["gemv_mma"], 0) == 3
     capped = gemv_plan(32, 2048, 2048)
     assert capped.kernel == "gemm_tc" and capped.shared == TC_TWO_PER_SM_SHARED
-    tc = h200_blocks_per_sm(*use["gemm_tc"], capped.shared, threads=128)
-    assert tc == 2 < h200_blocks_per_sm(*use["gemm_tc"], TC_SHARED, threads=128) == 4
+    tc = h200_blocks_per_sm(*use["gemm_tc"], capped.shared, threads=256)
+    assert tc == 2 < h200_blocks_per_sm(*use["gemm_tc"], TC_SHARED, threads=256) == 4
 
 
 @pytest.mark.parametrize("kernel,rows,threads",
-                         [("gemv", 8, 256), ("gemv_mma", 16, 256), ("gemm_tc", 64, 128)])
+                         [("gemv", 8, 256), ("gemv_mma", 16, 256), ("gemm_tc", 64, 256)])
 def test_gemv_plan_override(kernel, rows, threads):
     plan = gemv_plan(5, 2048, 5632, "f32", kernel=kernel, splits=3)
     grid = (1, 2048 // rows, 3) if kernel == "gemm_tc" else (2048 // rows, 3, 1)  # gemv: 1 warp a row
@@ -698,7 +699,7 @@ def test_gemv_rows_unit_stream(mods, stream, rng, N, K, x_op, out):
 def test_plans_blocks_per_sm(mods):
     """The occupancy the plans are built on, read back from the driver: gemv 3 blocks per SM under its
     shared-memory cap (the one-wave grid of plans.py; 4 by its registers alone), gemv_mma 3, or 2 under the plan's
-    cap, gemm_tc 4 (its pipeline's shared memory), or 2 under the cap (test_gemv runs the capped plans)."""
+    cap, gemm_tc 4 (8 warps; registers and shared memory), or 2 under the cap (test_gemv runs the capped plans)."""
     from rawgraphs.kernel import LaunchShape
 
     def blocks(plan):

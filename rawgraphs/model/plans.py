@@ -18,7 +18,7 @@
   each weight row is read once per launch.
 - ``B > 16``: ``gemm_tc``, 64 x 64 output tiles on tensor cores (mma.sync bf16, fp32 accumulate; the kernel takes
   32-row tiles itself at B <= 32, on the same grid), K tiles of x and W streamed through a ``TC_STAGES``-deep
-  cp.async pipeline in ``TC_SHARED`` bytes of shared memory (4 blocks per SM), or 2 blocks per SM where
+  cp.async pipeline in ``TC_SHARED`` bytes of shared memory (4 blocks of 8 warps per SM), or 2 blocks per SM where
   ``two_per_sm`` says.
 
 These choices follow measurements on the H200 (benchmarks/gemv_bandwidth.py --alternatives, benchmarks/NOTES.md):
@@ -65,6 +65,7 @@ PARTIAL = 3  # mode: write fp32 partials of one K split
 X_OPS = {"plain": 0, "rmsnorm": 1}  # the `x_op` argument of kernels/gemv.cu
 SMS = 132  # streaming multiprocessors of the H200
 TC_TILE = 64  # gemm_tc output tile edge (TC_M == TC_N in gemv.cu)
+TC_THREADS = 256  # gemm_tc's block (8 warps; TC_THREADS in gemv.cu)
 MMA_ROWS = 16  # weight rows per gemv_mma block
 # gemv_mma splits K for grids below MMA_SPLIT_TARGET blocks, into chunks of at least MMA_MIN_CHUNK elements. With a
 # splitk_reduce launch after the split, 128 blocks (1b's o and down) unsplit beat 2 or 3 splits, and the target was
@@ -78,7 +79,8 @@ MMA_SPLIT_TARGET, MMA_MIN_CHUNK, MMA_MERGE_MIN = 2 * SMS, 1024, SMS // 2
 # the occupancy back (tests/test_kernels_proj.py::test_plans_blocks_per_sm), a CPU test checks it against ptxas -v.
 TWO_PER_SM_SHARED = 48 * 1024
 # gemm_tc: its pipeline's dynamic shared memory (TC_STAGES x (x tile + W tile), rows padded to 72 elements; 4
-# blocks per SM, as its registers allow), and the larger request that caps it at 2 (3 x 81 KiB > 228 KiB).
+# blocks of 8 warps per SM, as its 64 registers also allow), and the larger request that caps it at 2 (3 x 81 KiB >
+# 228 KiB).
 TC_STAGES = 3
 TC_SHARED = TC_STAGES * 2 * TC_TILE * (TC_TILE + 8) * 2
 TC_TWO_PER_SM_SHARED = 80 * 1024
@@ -282,7 +284,7 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         if two_per_sm(B, tiles * splits):
             shared = TWO_PER_SM_SHARED
     elif kernel == "gemm_tc":
-        block, tm, tn = (128, 1, 1), math.ceil(B / TC_TILE), math.ceil(N / TC_TILE)
+        block, tm, tn = (TC_THREADS, 1, 1), math.ceil(B / TC_TILE), math.ceil(N / TC_TILE)
         splits, k_chunk = _splits(tm * tn, K, tc_target_blocks(B), 256, splits)
         grid = (tm, tn, splits)
         shared = TC_TWO_PER_SM_SHARED if two_per_sm(B, tm * tn * splits) else TC_SHARED
