@@ -26,7 +26,6 @@ from rawgraphs.model.decode import DecodeModel
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 CONTEXT = 512          # default context of the decode benchmarks
-BLOCK = 16             # tokens per KV block
 RANDOM_CHUNK = 64 << 20  # bytes of random bf16 the KV fill cycles through
 
 
@@ -44,11 +43,6 @@ def no_gpu(script: str) -> bool:
         return False
     print(f"{script} needs an NVIDIA GPU and driver; none was found here, so nothing was measured.")
     return True
-
-
-def blocks_for(tokens: int) -> int:
-    """KV blocks that hold ``tokens`` tokens."""
-    return -(-tokens // BLOCK)
 
 
 def build_model(preset: str, max_batch: int, kv_tokens: int, seed: int = 0, **model_kw) -> DecodeModel:

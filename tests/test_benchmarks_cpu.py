@@ -53,8 +53,7 @@ def test_common_parser_defaults_and_flags(tmp_path):
         ap.parse_args(["--bogus"])
 
 
-def test_blocks_and_verdict_and_timing_counts():
-    assert [common.blocks_for(t) for t in (1, 16, 17, 513)] == [1, 1, 2, 33]
+def test_verdict_and_timing_counts():
     assert common.verdict(True) == "PASS" and common.verdict(False) == "MISS"
     quick, full = common.timing(True), common.timing(False)
     assert quick["iters"] * quick["repeats"] < full["iters"] * full["repeats"]
