@@ -51,10 +51,12 @@ def cmd_compile(args) -> int:
     memory: the driver's attributes where a GPU of the arch is, else ptxas' report."""
     gpu = gpu_available()
     arch = args.arch or (device().arch if gpu else "sm_90")
-    if not gpu:
-        print(NO_GPU + f" Compiling for {arch}; registers and memory as ptxas reports them.")
-    columns = ["file", "kernel", "arch", "cubin bytes", "compile ms", "cached", "regs", "spill bytes", "static smem"]
     with_attrs = gpu and arch == device().arch
+    # Registers and spills depend on the NVRTC version (13.0 and 13.5 differ), so the table says which one it is.
+    source = "the driver reports" if with_attrs else "ptxas reports"
+    print(("" if gpu else NO_GPU + " ") + f"Compiling for {arch} with NVRTC {'.'.join(map(str, nvrtc_version()))}; "
+          f"registers and memory as {source} them.")
+    columns = ["file", "kernel", "arch", "cubin bytes", "compile ms", "cached", "regs", "spill bytes", "static smem"]
     rows = []
     for path in kernel_files():
         names = KERNEL_FILES.get(path.stem, ())  # the model's template instantiations
