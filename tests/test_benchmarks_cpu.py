@@ -156,3 +156,39 @@ def test_sass_same_as_ignores_label_numbering_only():
     assert normalized(a) == normalized(b)
     assert normalized(a) != normalized([*b[:2], "BRA `(.L_x_2713)"])  # a different target is a different program
     assert normalized(["IADD3 R9, R9, 0x1, RZ"]) != normalized(["VIADD R9, R9, 0x1"])
+
+
+def test_ab_trees_prepares_refs_and_the_working_tree_and_tabulates_rounds(tmp_path, monkeypatch):
+    """ab_trees.py prepare extracts each ref (and "." with its untracked files) into scratch/ab/NAME with the
+    baseline first; the table gives every round and each tree's median against the baseline's."""
+    sys.path.insert(0, str(BENCH / "diagnostics"))
+    import ab_trees
+
+    assert ab_trees.parse_spec("main") == ("main", "main") and ab_trees.parse_spec(".") == ("head", ".")
+    assert ab_trees.parse_spec("new=origin/x") == ("new", "origin/x")
+    assert ab_trees.parse_spec("origin/x") == ("origin_x", "origin/x")
+    with pytest.raises(ValueError, match="NAME=REF"):
+        ab_trees.parse_spec("a b=main")
+
+    monkeypatch.chdir(tmp_path)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q"], check=True)
+    Path("k.cu").write_text("v1\n")
+    subprocess.run([*git, "add", "k.cu"], check=True)
+    subprocess.run([*git, "commit", "-qm", "v1"], check=True)
+    Path("k.cu").write_text("v2\n")       # a modified tracked file
+    Path("new.py").write_text("x = 1\n")  # an untracked one
+    with pytest.raises(ValueError, match="must differ"):
+        ab_trees.prepare(["a=HEAD", "a=."])
+    ab_trees.prepare(["base=HEAD", "."])
+    root = Path("scratch/ab")
+    assert (root / "ORDER").read_text().split() == ["base", "head"]
+    assert (root / "base/k.cu").read_text() == "v1\n" and not (root / "base/new.py").exists()
+    assert (root / "head/k.cu").read_text() == "v2\n" and (root / "head/new.py").read_text() == "x = 1\n"
+
+    rows = [{"tag": t, "preset": p, "B": 8, "us": us, "round": r}
+            for r, (a, b) in enumerate([(100.0, 90.0), (102.0, 92.0)], 1) for t, us in (("base", a), ("head", b))
+            for p in ("1b", "small")]
+    lines = ab_trees.table(rows, ["base", "head"]).splitlines()
+    assert lines == ["small B=8: base=100.0/102.0  head=90.0/92.0 (-9.9%)",
+                     "1b B=8: base=100.0/102.0  head=90.0/92.0 (-9.9%)"]

@@ -1,7 +1,8 @@
 """Graph step time of this tree's decode model (explicit nodes, context 512, CUDA-event median of replays) for
 presets x batch sizes, one JSON line each: the A/B timer of sessions 15-19.
 
-A/B two trees in one device call, alternating so the host and the GPU's state are shared::
+``ab_trees.py`` runs it over several trees and tabulates the rounds; by hand, A/B two trees in one device call,
+alternating so the host and the GPU's state are shared::
 
     git archive BASE | tar xf - -C scratch/c1        # the baseline tree (scratch/ is git-ignored; carry it)
     for round in 1 2; do

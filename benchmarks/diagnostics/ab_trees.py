@@ -1,0 +1,127 @@
+"""A/B several source trees in one device call: the graph step of each (``ab_steps.py``: context 512, CUDA-event
+median of replays), the trees alternating within each round so they share the host's and the GPU's state, then one
+table of every round per preset, batch and tree, with each tree's change against the first.
+
+Here (no GPU needed), extract each ref into ``scratch/ab/NAME`` (``scratch/`` is git-ignored: carry it)::
+
+    python benchmarks/diagnostics/ab_trees.py prepare main new=tc-target-2x head=.     # NAME=REF, "." = this tree
+
+On the device, from the repository root (the first tree prepared is the baseline)::
+
+    python3 benchmarks/diagnostics/ab_trees.py run --batches 17,24,64 --rounds 2 [--presets small,1b]
+
+Calls differ by ~3 us at B = 1 on the H200 and rounds within a call by ~0.5%: compare trees within one call only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+from statistics import median
+
+ROOT = Path("scratch/ab")
+ORDER = ROOT / "ORDER"  # the prepared trees' names, baseline first
+
+
+def parse_spec(spec: str) -> tuple[str, str]:
+    """``NAME=REF`` or ``REF`` (named after the ref, ``/`` as ``_``; ``.`` is ``head``) -> (name, ref)."""
+    name, _, ref = spec.rpartition("=")
+    name = name or ("head" if ref == "." else ref.replace("/", "_"))
+    if not ref or not name.replace("_", "").replace("-", "").replace(".", "").isalnum():
+        raise ValueError(f"cannot read tree spec {spec!r}: use NAME=REF or REF")
+    return name, ref
+
+
+def prepare(specs: list[str]) -> None:
+    trees = [parse_spec(s) for s in specs]
+    if len({n for n, _ in trees}) != len(trees):
+        raise ValueError(f"tree names must differ: {[n for n, _ in trees]}")
+    shutil.rmtree(ROOT, ignore_errors=True)
+    for name, ref in trees:
+        dest = ROOT / name
+        dest.mkdir(parents=True)
+        if ref == ".":  # tracked and untracked-but-not-ignored files, as the device tool copies them
+            files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                                   check=True, capture_output=True).stdout.split(b"\0")
+            for f in filter(None, files):
+                src = Path(f.decode())
+                if src.is_file():
+                    (dest / src).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(src, dest / src)
+        else:
+            archive = subprocess.run(["git", "archive", ref], check=True, capture_output=True).stdout
+            subprocess.run(["tar", "xf", "-", "-C", str(dest)], input=archive, check=True)
+        print(f"{name}: {ref} -> {dest}")
+    ORDER.write_text("\n".join(n for n, _ in trees) + "\n")
+
+
+def run(batches: str, presets: str, rounds: int, timeout: float) -> list[dict]:
+    names = ORDER.read_text().split()
+    rows = []
+    for r in range(1, rounds + 1):
+        for name in names:
+            env = dict(os.environ, AB_TAG=name, AB_BATCHES=batches, AB_PRESETS=presets, PYTHONPATH=".:benchmarks")
+            try:
+                out = subprocess.run([sys.executable, "benchmarks/diagnostics/ab_steps.py"], cwd=ROOT / name,
+                                     env=env, capture_output=True, text=True, timeout=timeout)
+                text, err = out.stdout, out.stderr if out.returncode else ""
+            except subprocess.TimeoutExpired as e:
+                text, err = (e.stdout or b"").decode(), f"timed out after {timeout} s"
+            for line in text.splitlines():
+                if line.startswith("{"):
+                    row = json.loads(line)
+                    row.pop("kernels", None)
+                    rows.append({**row, "round": r})
+                    print(json.dumps(rows[-1]), flush=True)
+            if err:
+                print(f"{name}, round {r}: {err.strip().splitlines()[-1]}", flush=True)
+    return rows
+
+
+def table(rows: list[dict], names: list[str]) -> str:
+    """One line per (preset, B): each tree's us per round, then each tree's median against the first tree's."""
+    us = defaultdict(list)
+    for row in rows:
+        us[(row["preset"], row["B"], row["tag"])].append(row["us"])
+    keys = sorted({(row["preset"], row["B"]) for row in rows}, key=lambda k: (k[0] != "small", k[0], k[1]))
+    lines = []
+    for preset, B in keys:
+        base = us.get((preset, B, names[0]))
+        cells = []
+        for n in names:
+            v = us.get((preset, B, n))
+            if not v:
+                cells.append(f"{n}=-")
+                continue
+            change = f" ({100 * (median(v) / median(base) - 1):+.1f}%)" if base and n != names[0] else ""
+            cells.append(f"{n}=" + "/".join(f"{x:.1f}" for x in v) + change)
+        lines.append(f"{preset} B={B}: " + "  ".join(cells))
+    return "\n".join(lines) or "no results (see the errors above)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("prepare", help="extract refs into scratch/ab/NAME (first = baseline)")
+    p.add_argument("trees", nargs="+", metavar="NAME=REF")
+    r = sub.add_parser("run", help="time every prepared tree, alternating, and print the table")
+    r.add_argument("--batches", default="1,2,3,4")
+    r.add_argument("--presets", default="small,1b")
+    r.add_argument("--rounds", type=int, default=2)
+    r.add_argument("--timeout", type=float, default=150.0, help="seconds per tree per round")
+    a = ap.parse_args(argv)
+    if a.cmd == "prepare":
+        prepare(a.trees)
+    else:
+        print(table(run(a.batches, a.presets, a.rounds, a.timeout), ORDER.read_text().split()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
