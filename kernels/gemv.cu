@@ -275,8 +275,8 @@ __device__ __forceinline__ void cp_async16_or_zero(void* dst, const void* src, b
 }
 
 // cp.async one 64 x 64 bf16 W tile (rows [row0, row0 + 64) of w[rows, K], columns [k, k + 64) clipped to k1) into
-// ws ([64][TC_LD]); rows past `rows` and columns past k1 are zeros. Thread t copies 16 bytes of rows t / 8 + 16 i
-// (i < 4), all at columns k + 8 (t % 8). half > 0 (OUT_SILU): tile rows r < 32 are gate rows row0 + r and rows
+// ws ([64][TC_LD]); rows past `rows` and columns past k1 are zeros. Thread t copies 16 bytes of rows t / 8 + 32 i
+// (i < 2), all at columns k + 8 (t % 8). half > 0 (OUT_SILU): tile rows r < 32 are gate rows row0 + r and rows
 // r >= 32 the matching up rows half + row0 + r - 32 (rows = half).
 __device__ __forceinline__ void w_tile_async(bf16* ws, const bf16* w, int row0, int rows, int half, int K, int k,
                                              int k1) {
