@@ -483,7 +483,7 @@ __device__ __forceinline__ void gemm_tc_body(void* y, const bf16* __restrict__ x
         if (s < tiles) x_tile_async<TM>(stages + 2 * s * TC_TILE_ELEMS, x, sc, m0, K, k0 + s * TC_K, k1);
         cp_async_commit();
     }
-    // X_RMSNORM: this thread's 8 norm weights of the next tile, loaded a tile ahead (the same column in all 4 chunks)
+    // X_RMSNORM: this thread's 8 norm weights of the next tile, loaded a tile ahead (the same column in all its chunks)
     const int ncol = k0 + (threadIdx.x % 8) * 8;
     const bool rms = x_op == X_RMSNORM;
     uint4 g_next = rms && ncol < k1 ? __ldg(reinterpret_cast<const uint4*>(norm + ncol)) : make_uint4(0, 0, 0, 0);
