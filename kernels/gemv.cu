@@ -553,7 +553,7 @@ __device__ __forceinline__ void gemm_tc_body(void* y, const bf16* __restrict__ x
 // for B = 17-32 would multiply rows of zeros. 8 warps of one m16 fragment row each at 64 registers
 // (__launch_bounds__(256, 4); unasked, NVRTC 13.0 / 13.5 give 76 / 80, i.e. 3 blocks per SM, which lost 1b B = 24 / 32
 // by 2-4%): 4 blocks = 32 warps per SM, as the pipeline's shared memory also allows. 4 warps of 32 x 32 (126
-// registers, 16 warps per SM) were 2-6% slower at B = 17-64 and within 1% at 128-256 (graph step, context 512, H200,
+// registers, 16 warps per SM) were 1-6% slower at B = 17-64 and within 1% at 128-256 (graph step, context 512, H200,
 // session 21: 1b B = 24 / 64 / 128 1652 / 2721 / 4545 -> 1598 / 2582 / 4557 us, small B = 256 2373 -> 2392).
 extern "C" __global__ void __launch_bounds__(TC_THREADS, 4) gemm_tc(void* y, const bf16* __restrict__ x,
                                                                     const bf16* __restrict__ w,
