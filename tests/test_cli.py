@@ -73,3 +73,37 @@ def test_summary_renders_every_result(tmp_path):
     text = write_summary(tmp_path).read_text()
     assert "## decode" in text
     assert "graph" in text and "500" in text
+
+
+def test_suite_runs_scripts_in_order_passes_quick_and_counts_failures(tmp_path, monkeypatch, capsys):
+    """run_suite with stand-in scripts (the GPU check forced on): each runs in its own process from the checkout's
+    root with --out (and --quick only where the script takes it), a failing one is counted and named, the rest
+    still run, and summary.md is written."""
+    import rawgraphs.bench.suite as suite
+    import rawgraphs.context
+
+    bdir = tmp_path / "benchmarks"
+    bdir.mkdir()
+    log = tmp_path / "calls.txt"
+    for name, script in suite.BENCHMARKS.items():
+        rc = 3 if name == "graph" else 0
+        (bdir / f"{script}.py").write_text(
+            "import os, sys\n"
+            f"open({str(log)!r}, 'a').write({script!r} + ' ' + ' '.join(sys.argv[1:]) + ' ' + os.getcwd() + '\\n')\n"
+            f"sys.exit({rc})\n")
+    monkeypatch.setattr(suite, "benchmarks_dir", lambda: bdir)
+    monkeypatch.setattr(rawgraphs.context, "gpu_available", lambda: True)
+    out = tmp_path / "out"
+
+    assert suite.run_suite(["launch", "graph", "decode"], out, quick=True) == 1
+    calls = [line.split() for line in log.read_text().splitlines()]
+    assert [c[0] for c in calls] == ["launch_overhead", "graph_overheads", "decode"]
+    assert calls[0][1:] == ["--out", str(out), str(tmp_path)]  # launch_overhead takes no --quick
+    assert calls[2][1:] == ["--out", str(out), "--quick", str(tmp_path)]
+    assert (out / "summary.md").is_file()
+    assert "suite: 2/3 benchmarks ok" in capsys.readouterr().out
+
+    log.unlink()
+    assert suite.run_suite(["all"], out) == 1
+    assert [line.split()[0] for line in log.read_text().splitlines()] == list(suite.BENCHMARKS.values())
+    assert "FAILED: graph" in capsys.readouterr().out
