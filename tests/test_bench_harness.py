@@ -69,6 +69,54 @@ def test_time_host_returns_one_positive_sample_per_repeat():
         time_host(lambda: None, iters=0)
 
 
+def test_time_gpu_queued_orders_hold_events_and_work_per_repeat(monkeypatch):
+    """Each sample is the span between two events around one call, recorded right after the blocker so the span
+    starts when the GPU reaches the work; warm-up calls run unqueued first, and the events are closed even when a
+    call raises (stand-in events: the order of calls is what is under test)."""
+    import rawgraphs.bench.timing as timing
+
+    log = []
+
+    class FakeEvent:
+        count = 0
+
+        def __init__(self):
+            FakeEvent.count += 1
+            self.name = "start" if FakeEvent.count % 2 else "end"
+
+        @classmethod
+        def create(cls, timing=False):
+            assert timing
+            return cls()
+
+        def record(self, stream):
+            log.append(f"{self.name}.record")
+
+        def synchronize(self):
+            log.append(f"{self.name}.sync")
+
+        def elapsed_ms(self, other):
+            return 0.25
+
+        def close(self):
+            log.append(f"{self.name}.close")
+
+    monkeypatch.setattr(timing, "Event", FakeEvent)
+    samples = time_gpu_queued(lambda: log.append("fn"), "stream", lambda: log.append("hold"), repeats=2, warmup=1)
+    assert samples == [250.0, 250.0]
+    one = ["hold", "start.record", "fn", "end.record", "end.sync"]
+    assert log == ["fn", *one, *one, "start.close", "end.close"]
+
+    def fails_when_timed():  # the warm-up call passes; the first timed one raises
+        if "hold" in log:
+            raise RuntimeError("launch failed")
+
+    log.clear()
+    with pytest.raises(RuntimeError, match="launch failed"):
+        time_gpu_queued(fails_when_timed, "stream", lambda: log.append("hold"), repeats=2)
+    assert log == ["hold", "start.record", "start.close", "end.close"]
+
+
 def test_time_gpu_queued_checks_counts_before_touching_anything():
     called = []
     for bad in ({"repeats": 0}, {"repeats": 3, "warmup": -1}):
