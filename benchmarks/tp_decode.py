@@ -43,6 +43,7 @@ from rawgraphs.bench import format_table, make_row
 from rawgraphs.bench.bandwidth import copy_bandwidth_gbs, floor_ms, step_bytes
 from rawgraphs.comm import nccl_available, run_ranks
 from rawgraphs.context import Stream, device
+from rawgraphs.errors import check
 from rawgraphs.graph import Graph
 from rawgraphs.model import ModelConfig, Weights
 from rawgraphs.model.decode import AllReduce, DecodeModel
@@ -144,7 +145,7 @@ def gpu_count() -> int:
     """CUDA devices visible here."""
     from cuda.bindings import driver
     device()
-    return driver.cuDeviceGetCount()[1]
+    return check(driver.cuDeviceGetCount(), "cuDeviceGetCount")
 
 
 def main(argv: list[str] | None = None) -> int:

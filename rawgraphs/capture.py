@@ -151,7 +151,7 @@ class capture:
             return
         for h in _driver_nodes(g):
             if int(h) not in self._before:
-                driver.cuGraphDestroyNode(h)
+                check(driver.cuGraphDestroyNode(h), "cuGraphDestroyNode")
         for node in g.nodes[self._records:]:
             del g._by_name[node.name], g._by_key[node.key]
         del g.nodes[self._records:]
