@@ -109,9 +109,10 @@ def _nvrtc_compile(source: str, name: str, headers: dict[str, str], options: tup
         check(nvrtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
         lowered = {e: check(nvrtc.nvrtcGetLoweredName(prog, e.encode()), "nvrtcGetLoweredName").decode()
                    for e in names}
-        return cubin, lowered, log
     finally:
-        nvrtc.nvrtcDestroyProgram(prog)
+        destroyed = nvrtc.nvrtcDestroyProgram(prog)
+    check(destroyed, "nvrtcDestroyProgram")  # reached only without an error above, which would matter more
+    return cubin, lowered, log
 
 
 def compile_source(source: str, name: str = "kernel.cu", arch: str | None = None,
