@@ -274,32 +274,61 @@ __device__ __forceinline__ void cp_async16_or_zero(void* dst, const void* src, b
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(src), "r"(ok ? 16 : 0) : "memory");
 }
 
-// cp.async one 64 x 64 bf16 W tile (rows [row0, row0 + 64) of w[rows, K], columns [k, k + 64) clipped to k1) into
-// ws ([64][TC_LD]); rows past `rows` and columns past k1 are zeros. Thread t copies 16 bytes of rows t / 8 + 32 i
-// (i < 2), all at columns k + 8 (t % 8). half > 0 (OUT_SILU): tile rows r < 32 are gate rows row0 + r and rows
-// r >= 32 the matching up rows half + row0 + r - 32 (rows = half).
-__device__ __forceinline__ void w_tile_async(bf16* ws, const bf16* w, int row0, int rows, int half, int K, int k,
-                                             int k1) {
+// A thread's cp.async share of one operand tile, C chunks of 16 bytes: chunk i is tile row threadIdx.x / 8 + 32 i,
+// columns 8 (threadIdx.x % 8) .. + 7 of the K tile (x_tile_norm's map too). A chunk's source row and whether it exists
+// hold for the block's whole K range, so they are worked out once and a tile's copy only adds its K offset. Worked out
+// per tile (row, SiLU pairing, 64-bit products, clipping), the main loop took ~150 SASS instructions a tile around
+// its 28 ldmatrix / MMA; now ~115 (plain x, NVRTC 13.0, session 21). H200, graph step at context 512 (session 22):
+// B = 17-32 (32-row tiles) 1.1-1.9% faster, B = 64-256 0.0-0.7% slower (64-row tiles hold 4 pointers: an 8-byte
+// spill outside the loop on NVRTC 13.0). 32-bit offsets from the operand's base, or one pointer plus a block-uniform
+// stride, kept the registers but not the saving (whole loop body 256 -> 251-252 instructions at TM = 64, 183 ->
+// 172-174 at TM = 32, against 226 / 149 with pointers); the offsets, measured, gained B = 17-32 only 0.1-0.6%.
+template <int C>
+struct TileCopy {
+    const bf16* src[C];  // the chunk's row at column k0 + 8 (threadIdx.x % 8), or the operand's base where !ok
+    bool ok[C];          // the row exists (W: inside the weight; x: an active batch row)
+    int col;             // the chunk's column at tile 0, k0 + 8 (threadIdx.x % 8)
+};
+
+// W rows [row0, row0 + 64) of w[rows, K] (half > 0, OUT_SILU: tile rows r < 32 are gate rows row0 + r, rows r >= 32
+// the matching up rows half + row0 + r - 32; rows = half), from column k0.
+__device__ __forceinline__ TileCopy<TC_M * 8 / TC_THREADS> w_tile_copy(const bf16* w, int row0, int rows, int half,
+                                                                      int K, int k0) {
+    TileCopy<TC_M * 8 / TC_THREADS> tc;
+    tc.col = k0 + (threadIdx.x % 8) * 8;
 #pragma unroll
     for (int i = 0; i < TC_M * 8 / TC_THREADS; ++i) {
-        const int c = threadIdx.x + i * TC_THREADS, r = c / 8, col = k + (c % 8) * 8;
+        const int r = threadIdx.x / 8 + 32 * i;
         const int n = row0 + (half ? r % 32 : r), row = n + (half && r >= 32 ? half : 0);
-        const bool ok = n < rows && col < k1;
-        cp_async16_or_zero(ws + r * TC_LD + (c % 8) * 8, ok ? w + (size_t)row * K + col : w, ok);
+        tc.ok[i] = n < rows;
+        tc.src[i] = tc.ok[i] ? w + (size_t)row * K + tc.col : w;
     }
+    return tc;
 }
 
-// cp.async the x tile (batch rows [row0, row0 + TM), the same thread-to-chunk map as w_tile_async), as stored:
-// rows whose scale sc[i] is 0 (inactive, or past B) and columns past k1 are zeros. x_op is applied in place after
-// the copy lands (x_tile_norm).
+// x rows [row0, row0 + TM), as stored; rows whose scale sc[i] is 0 (inactive, or past B) are not read.
 template <int TM>
-__device__ __forceinline__ void x_tile_async(bf16* xs, const bf16* x, const float sc[TM * 8 / TC_THREADS], int row0,
-                                             int K, int k, int k1) {
+__device__ __forceinline__ TileCopy<TM * 8 / TC_THREADS> x_tile_copy(const bf16* x, const float* sc, int row0, int K,
+                                                                    int k0) {
+    TileCopy<TM * 8 / TC_THREADS> tc;
+    tc.col = k0 + (threadIdx.x % 8) * 8;
 #pragma unroll
     for (int i = 0; i < TM * 8 / TC_THREADS; ++i) {
-        const int c = threadIdx.x + i * TC_THREADS, r = c / 8, col = k + (c % 8) * 8;
-        const bool ok = sc[i] != 0.0f && col < k1;
-        cp_async16_or_zero(xs + r * TC_LD + (c % 8) * 8, ok ? x + (size_t)(row0 + r) * K + col : x, ok);
+        tc.ok[i] = sc[i] != 0.0f;
+        tc.src[i] = tc.ok[i] ? x + (size_t)(row0 + threadIdx.x / 8 + 32 * i) * K + tc.col : x;
+    }
+    return tc;
+}
+
+// cp.async K tile t of a TileCopy into dst ([rows][TC_LD]): rows that do not exist and columns past k1 are zeros.
+template <int C>
+__device__ __forceinline__ void tile_async(bf16* dst, const TileCopy<C>& tc, int t, int k1) {
+    const bool col_ok = tc.col + t * TC_K < k1;
+    bf16* d = dst + (threadIdx.x / 8) * TC_LD + (threadIdx.x % 8) * 8;
+#pragma unroll
+    for (int i = 0; i < C; ++i) {
+        const bool ok = tc.ok[i] && col_ok;
+        cp_async16_or_zero(d + 32 * i * TC_LD, ok ? tc.src[i] + t * TC_K : tc.src[i], ok);
     }
 }
 
@@ -469,18 +498,20 @@ __device__ __forceinline__ void gemm_tc_body(void* y, const bf16* __restrict__ x
     // Weights do not depend on the kernel before (pdl.cuh): the first TC_STAGES - 1 W tiles go out before the wait,
     // as one cp.async group; then one group per x tile. Every later iteration commits one group (W and x of the tile
     // TC_STAGES - 1 ahead, or nothing past the end), so tile t has landed once at most TC_STAGES - 2 are pending.
+    const auto wc = w_tile_copy(w, n0, rows, half, K, k0);
 #pragma unroll
     for (int s = 0; s < TC_STAGES - 1; ++s)
-        if (s < tiles) w_tile_async(stages + (2 * s + 1) * TC_TILE_ELEMS, w, n0, rows, half, K, k0 + s * TC_K, k1);
+        if (s < tiles) tile_async(stages + (2 * s + 1) * TC_TILE_ELEMS, wc, s, k1);
     cp_async_commit();
     pdl_begin();
     rows_scale(scale_s, x, x_op, m0, TM, K, eps);
     float sc[XC];
 #pragma unroll
     for (int i = 0; i < XC; ++i) sc[i] = scale_s[(threadIdx.x + i * TC_THREADS) / 8];
+    const auto xc = x_tile_copy<TM>(x, sc, m0, K, k0);
 #pragma unroll
     for (int s = 0; s < TC_STAGES - 1; ++s) {
-        if (s < tiles) x_tile_async<TM>(stages + 2 * s * TC_TILE_ELEMS, x, sc, m0, K, k0 + s * TC_K, k1);
+        if (s < tiles) tile_async(stages + 2 * s * TC_TILE_ELEMS, xc, s, k1);
         cp_async_commit();
     }
     // X_RMSNORM: this thread's 8 norm weights of the next tile, loaded a tile ahead (the same column in all its chunks)
@@ -494,8 +525,8 @@ __device__ __forceinline__ void gemm_tc_body(void* y, const bf16* __restrict__ x
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
 
-    for (int t = 0; t < tiles; ++t) {
-        bf16* xt = stages + 2 * (t % TC_STAGES) * TC_TILE_ELEMS;
+    for (int t = 0, st = 0, ahead_st = TC_STAGES - 1; t < tiles; ++t) {  // st, ahead_st: t and t + 2's stages
+        bf16* xt = stages + 2 * st * TC_TILE_ELEMS;
         const bf16* wt = xt + TC_TILE_ELEMS;
         cp_async_wait<TC_STAGES - 2>();  // this thread's copies of tile t have landed
         __syncthreads();                 // everyone's have; everyone is done with tile t - 1's buffers
@@ -507,11 +538,13 @@ __device__ __forceinline__ void gemm_tc_body(void* y, const bf16* __restrict__ x
         }
         const int ahead = t + TC_STAGES - 1;  // into the buffers tile t - 1 used
         if (ahead < tiles) {
-            bf16* xa = stages + 2 * (ahead % TC_STAGES) * TC_TILE_ELEMS;
-            w_tile_async(xa + TC_TILE_ELEMS, w, n0, rows, half, K, k0 + ahead * TC_K, k1);
-            x_tile_async<TM>(xa, x, sc, m0, K, k0 + ahead * TC_K, k1);
+            bf16* xa = stages + 2 * ahead_st * TC_TILE_ELEMS;
+            tile_async(xa + TC_TILE_ELEMS, wc, ahead, k1);
+            tile_async(xa, xc, ahead, k1);
         }
         cp_async_commit();
+        st = st + 1 == TC_STAGES ? 0 : st + 1;
+        ahead_st = ahead_st + 1 == TC_STAGES ? 0 : ahead_st + 1;
         if (rms) __syncthreads();  // the normalised tile, before any warp reads another thread's chunks
 #pragma unroll
         for (int kk = 0; kk < TC_K; kk += 16) {
