@@ -117,8 +117,8 @@ def test_device_loop_sweeps():
     assert device_loop.EOS_NEVER < 0
 
 
-def test_device_loop_reference_covers_the_loops_contexts(monkeypatch):
-    """The loop's reference replay is timed at the middle step of every 64 the loop runs (step i at position + i),
+def test_device_loop_reference_covers_the_loops_contexts():
+    """The loop's reference replays are timed at the middle step of every 64 the loop runs (step i at position + i),
     weighted by the steps each stands for, and the inputs are staged back as they were afterwards."""
     staged = []
 
@@ -126,11 +126,10 @@ def test_device_loop_reference_covers_the_loops_contexts(monkeypatch):
         def set_inputs(self, tokens, positions, tables, stream):
             staged.append(int(positions[0]))
 
-    monkeypatch.setattr(device_loop, "time_ms", lambda fn, stream, quick: [staged[-1] / 1e3])  # ms = position
     inputs = (np.array([7], np.int32), np.array([512], np.int32), np.zeros((1, 4), np.int32))
     for N, want in [(16, 512 + 8), (128, (512 + 32 + 512 + 96) / 2), (100, (64 * 544 + 36 * (512 + 64 + 18)) / 100)]:
         staged.clear()
-        got = device_loop.replay_us_over(Model(), None, inputs, N, None, quick=True)
+        got = device_loop.replay_us_over(Model(), inputs, N, None, lambda: float(staged[-1]))  # us = position
         assert got == pytest.approx(want) and staged[-1] == 512, (N, staged)
 
 
