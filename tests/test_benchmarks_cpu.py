@@ -1,5 +1,6 @@
 """The decode benchmark scripts on the CPU: arguments, --help, the no-GPU exit, and their pure helpers."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -191,3 +192,46 @@ def test_ab_trees_prepares_refs_and_the_working_tree_and_tabulates_rounds(tmp_pa
     lines = ab_trees.table(rows, ["base", "head"]).splitlines()
     assert lines == ["small B=8: base=100.0/102.0  head=90.0/92.0 (-9.9%)",
                      "1b B=8: base=100.0/102.0  head=90.0/92.0 (-9.9%)"]
+
+
+def test_ab_trees_run_alternates_trees_and_stops_at_its_deadline(tmp_path, monkeypatch, capsys):
+    """ab_trees.py run times every tree in each round, trees alternating; with a deadline a run starts only while
+    the longest run so far still fits and its timeout is cut to the time left; a timed-out run keeps the rows it
+    printed."""
+    sys.path.insert(0, str(BENCH / "diagnostics"))
+    import ab_trees
+
+    monkeypatch.chdir(tmp_path)
+    Path("scratch/ab").mkdir(parents=True)
+    Path("scratch/ab/ORDER").write_text("base\nnew\n")
+    now, calls = [0.0], []
+
+    def fake_run(cmd, cwd, env, capture_output, text, timeout):  # a tree's ab_steps.py: 30 s, or past its timeout
+        tag = env["AB_TAG"]
+        calls.append((tag, timeout))
+        if tag == "new" and len(calls) == 4:
+            now[0] += timeout
+            raise subprocess.TimeoutExpired(cmd, timeout, output=b'{"tag": "new", "preset": "1b", "B": 1, "us": 1}\n')
+        now[0] += 30.0
+        line = json.dumps({"tag": tag, "preset": "1b", "B": 1, "us": 100.0 + len(calls), "kernels": ["gemv"]})
+        return subprocess.CompletedProcess(cmd, 0, stdout=line + "\n", stderr="")
+
+    monkeypatch.setattr(ab_trees.subprocess, "run", fake_run)
+    rows = ab_trees.run("1", "1b", rounds=3, timeout=150.0, clock=lambda: now[0])
+    assert [(r["tag"], r["round"], r["us"]) for r in rows] == [
+        ("base", 1, 101.0), ("new", 1, 102.0), ("base", 2, 103.0), ("new", 2, 1), ("base", 3, 105.0),
+        ("new", 3, 106.0)]
+    assert "kernels" not in rows[0] and [t for _, t in calls] == [150.0] * 6
+    assert "new, round 2: timed out after 150 s" in capsys.readouterr().out
+
+    now[0], calls[:] = 0.0, []  # 30 s runs against 100 s: the fourth would end past it, so it never starts
+    rows = ab_trees.run("1", "1b", rounds=3, timeout=150.0, deadline=100.0, clock=lambda: now[0])
+    assert [(r["tag"], r["round"]) for r in rows] == [("base", 1), ("new", 1), ("base", 2)]
+    assert [t for _, t in calls] == [100.0, 70.0, 40.0]
+    assert "deadline: 100 s reached, round 2 stops before new" in capsys.readouterr().out
+    assert ab_trees.table(rows, ["base", "new"]) == "1b B=1: base=101.0/103.0  new=102.0 (+0.0%)"
+
+    now[0], calls[:] = 0.0, []  # the hung run (150 s) does not stop the runs after it from starting
+    rows = ab_trees.run("1", "1b", rounds=3, timeout=150.0, deadline=300.0, clock=lambda: now[0])
+    assert [t for _, t in calls] == [150.0, 150.0, 150.0, 150.0, 60.0, 30.0]
+    assert len(rows) == 6 and rows[3]["us"] == 1

@@ -8,9 +8,12 @@ Here (no GPU needed), extract each ref into ``scratch/ab/NAME`` (``scratch/`` is
 
 On the device, from the repository root (the first tree prepared is the baseline)::
 
-    python3 benchmarks/diagnostics/ab_trees.py run --batches 17,24,64 --rounds 2 [--presets small,1b]
+    python3 benchmarks/diagnostics/ab_trees.py run --batches 17,24,64 --rounds 2 [--presets small,1b] [--deadline 240]
 
 Calls differ by ~3 us at B = 1 on the H200 and rounds within a call by ~0.5%: compare trees within one call only.
+``--deadline`` (seconds) fits the run into a device call's budget: a tree's run starts only if the longest finished
+run so far still fits, its timeout is cut to what is left, and the table of the rounds that ran is printed either way
+(a shell ``timeout`` around the whole run would lose it).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 from statistics import median
@@ -61,18 +65,27 @@ def prepare(specs: list[str]) -> None:
     ORDER.write_text("\n".join(n for n, _ in trees) + "\n")
 
 
-def run(batches: str, presets: str, rounds: int, timeout: float) -> list[dict]:
+def run(batches: str, presets: str, rounds: int, timeout: float, deadline: float | None = None,
+        clock=time.monotonic) -> list[dict]:
+    """Every prepared tree's ``ab_steps.py`` rows, trees alternating within each round; with ``deadline``
+    (seconds from now), a run starts only while the longest one so far that finished still fits."""
     names = ORDER.read_text().split()
-    rows = []
+    rows, t0, longest = [], clock(), 0.0
     for r in range(1, rounds + 1):
         for name in names:
+            left = float("inf") if deadline is None else deadline - (clock() - t0)
+            if left < max(longest, 1.0):
+                print(f"deadline: {deadline:g} s reached, round {r} stops before {name}", flush=True)
+                return rows
             env = dict(os.environ, AB_TAG=name, AB_BATCHES=batches, AB_PRESETS=presets, PYTHONPATH=".:benchmarks")
+            start = clock()
             try:
                 out = subprocess.run([sys.executable, "benchmarks/diagnostics/ab_steps.py"], cwd=ROOT / name,
-                                     env=env, capture_output=True, text=True, timeout=timeout)
+                                     env=env, capture_output=True, text=True, timeout=min(timeout, left))
                 text, err = out.stdout, out.stderr if out.returncode else ""
+                longest = max(longest, clock() - start)  # a run that hung says nothing of how long one takes
             except subprocess.TimeoutExpired as e:
-                text, err = (e.stdout or b"").decode(), f"timed out after {timeout} s"
+                text, err = (e.stdout or b"").decode(), f"timed out after {min(timeout, left):g} s"
             for line in text.splitlines():
                 if line.startswith("{"):
                     row = json.loads(line)
@@ -115,11 +128,12 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--presets", default="small,1b")
     r.add_argument("--rounds", type=int, default=2)
     r.add_argument("--timeout", type=float, default=150.0, help="seconds per tree per round")
+    r.add_argument("--deadline", type=float, default=None, help="seconds for the whole run (see above)")
     a = ap.parse_args(argv)
     if a.cmd == "prepare":
         prepare(a.trees)
     else:
-        print(table(run(a.batches, a.presets, a.rounds, a.timeout), ORDER.read_text().split()))
+        print(table(run(a.batches, a.presets, a.rounds, a.timeout, a.deadline), ORDER.read_text().split()))
     return 0
 
 
