@@ -57,13 +57,29 @@ def _prompts(args, cfg) -> list[list[int]]:
     return [[(t + 7 * b) % cfg.vocab for t in ids] for b in range(args.batch)]  # a distinct prompt per row
 
 
-def _plan_row(ln) -> dict:
+def _reads(ln, cfg: ModelConfig, context: int, B: int) -> int:
+    """Bytes a launch must read at least: its weight matrix (a projection), or its layer's K and V of ``B`` rows at
+    ``context`` tokens (attention); 0 for the rest (their reads are activations, ~KB)."""
+    names = () if isinstance(ln, AllReduce) else ln.args.signature.names
+    if "w" in names:
+        w = ln.args.refs["w"]
+        return int(np.prod(w.shape)) * w.dtype.itemsize
+    if "k_cache" in names:
+        return cfg.kv_bytes_per_token() // cfg.n_layers * context * B
+    return 0
+
+
+def _plan_row(ln, reads: int) -> dict:
+    """One launch of the plan; ``reads`` (bytes) and their time at the nominal bandwidth: what the launch costs at
+    the least, against which its measured time (``benchmarks/diagnostics/step_costs.py``) shows its fixed cost."""
+    floor = {"MB read": f"{reads / 1e6:.2f}" if reads else "", "floor us": f"{reads / NOMINAL_GBS / 1e3:.2f}"
+             if reads else ""}
     if isinstance(ln, AllReduce):
         return {"launch": ln.name, "kernel": f"NCCL all-reduce (sum over {ln.comm.size} ranks)", "grid": "",
-                "block": "", "shared": ""}
+                "block": "", "shared": "", **floor}
     # dynamic shared memory: what a kernel uses, or unused bytes that cap its blocks per SM (plans.py)
     return {"launch": ln.name, "kernel": ln.kernel.name, "grid": str(ln.shape.grid), "block": str(ln.shape.block[0]),
-            "shared": f"{ln.shape.shared / 1024:.1f} KiB" if ln.shape.shared else "0"}
+            "shared": f"{ln.shape.shared / 1024:.1f} KiB" if ln.shape.shared else "0", **floor}
 
 
 def print_plan(cfg: ModelConfig, B: int, prompt_len: int, n_new: int, tp: int = 0) -> None:
@@ -77,9 +93,11 @@ def print_plan(cfg: ModelConfig, B: int, prompt_len: int, n_new: int, tp: int = 
     launches = model.step_launches(B)
     shown = [ln for ln in launches if not ln.name.startswith("L") or ln.name.startswith("L0.")]
     rank = f", one rank of {tp} (H={local.n_heads} KVH={local.n_kv_heads} F={local.ffn_dim})" if tp else ""
-    print(format_table([_plan_row(ln) for ln in shown], ["launch", "kernel", "grid", "block", "shared"],
-                       title=f"decode step plan, B={B}{rank} (layers 1..{cfg.n_layers - 1} repeat layer 0)"))
     ctx, c = [prompt_len + n_new] * B, model.cfg
+    rows = [_plan_row(ln, _reads(ln, c, ctx[0], B)) for ln in shown]
+    print(format_table(rows, ["launch", "kernel", "grid", "block", "shared", "MB read", "floor us"],
+                       title=f"decode step plan, B={B}{rank} (layers 1..{cfg.n_layers - 1} repeat layer 0; floor: "
+                             f"bytes at {NOMINAL_GBS / 1000:.2f} TB/s)"))
     n_ar = sum(isinstance(ln, AllReduce) for ln in launches)
     print(f"\n{len(launches) - n_ar} kernels{f' and {n_ar} all-reduces' if tp else ''} per step"
           f"{' per rank' if tp else ''}; {step_bytes(c, ctx) / 1e9:.3f} GB per step at context {ctx[0]}; "
