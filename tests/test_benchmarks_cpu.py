@@ -158,6 +158,22 @@ def test_sass_same_as_ignores_label_numbering_only():
     assert normalized(["IADD3 R9, R9, 0x1, RZ"]) != normalized(["VIADD R9, R9, 0x1"])
 
 
+def test_sass_count_names_the_model_template_instantiations(capsys):
+    """sass_count.py's table and --kernel know attention's instantiations by name expression, as its docstring says
+    (until session 24 the table and --kernel compiled them out). Needs nvdisasm (the CUDA
+    toolkit, or ``pip install nvidia-cuda-nvdisasm``)."""
+    sys.path.insert(0, str(BENCH / "diagnostics"))
+    import sass_count
+
+    try:
+        sass_count.nvdisasm()
+    except SystemExit:
+        pytest.skip("no nvdisasm here (pip install nvidia-cuda-nvdisasm)")
+    kernels = sass_count.kernels_of(sass_count.kernel_dir() / "attention.cu", "sm_90")
+    assert "attention<128,1,true>" in kernels and "attention_combine" in kernels
+    assert any(i.startswith("EXIT") or " EXIT" in i for i in kernels["attention<128,1,true>"])
+
+
 def test_ab_trees_prepares_refs_and_the_working_tree_and_tabulates_rounds(tmp_path, monkeypatch):
     """ab_trees.py prepare extracts each ref (and "." with its untracked files) into scratch/ab/NAME with the
     baseline first; the table gives every round and each tree's median against the baseline's."""

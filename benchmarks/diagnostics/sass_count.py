@@ -73,22 +73,23 @@ def normalized(instructions: list[str]) -> list[str]:
 
 
 def kernels_of(path: Path, arch: str) -> dict[str, list[str]]:
-    """Each kernel's instructions, normalized; the model's template instantiations by name expression (a tree whose
-    file has no such template is compiled without them)."""
+    """Each kernel's instructions; the model's template instantiations by name expression (a tree whose file has no
+    such template is compiled without them)."""
     names = KERNEL_FILES.get(path.stem, ())
     try:
         prog = compile_file(path, arch=arch, name_expressions=names, use_cache=False)
     except CompileError:
         prog = compile_file(path, arch=arch, use_cache=False)
     expression = {symbol: expr for expr, symbol in prog.lowered.items()}
-    return {expression.get(k, k): normalized(v) for k, v in by_kernel(disassemble(prog.cubin)).items()}
+    return {expression.get(k, k): v for k, v in by_kernel(disassemble(prog.cubin)).items()}
 
 
 def same_as(files: list[Path], other: Path, arch: str) -> None:
     """Per kernel: ``same``, ``DIFF`` (with both instruction counts) or present in one tree only."""
     for path in files:
         theirs = other / path.name
-        here, there = kernels_of(path, arch), kernels_of(theirs, arch) if theirs.exists() else {}
+        here = {k: normalized(v) for k, v in kernels_of(path, arch).items()}
+        there = {k: normalized(v) for k, v in kernels_of(theirs, arch).items()} if theirs.exists() else {}
         for name in sorted(here.keys() | there.keys()):
             a, b = here.get(name), there.get(name)
             verdict = ("same" if a == b else f"DIFF {len(a)} vs {len(b)}") if a and b else \
@@ -111,8 +112,7 @@ def main() -> None:
         same_as(files, args.same_as, args.arch)
         return
     for path in files:
-        cubin = compile_file(path, arch=args.arch, use_cache=False).cubin
-        for name, instructions in by_kernel(disassemble(cubin)).items():
+        for name, instructions in kernels_of(path, args.arch).items():
             if args.kernel:
                 if name == args.kernel:
                     print("\n".join(instructions))
