@@ -11,8 +11,10 @@ from .context import Device, Event, Stream, device, gpu_available
 from .errors import CaptureError, ClosedError, CompileError, CudaError, GraphUpdateError, NoDriverError, check
 from .executable import GraphExec
 from .graph import Graph, Node
-from .kernel import Kernel, KernelArgs, LaunchShape, Module, Signature
+from .kernel import Kernel, LaunchShape, Module
+from .kernel_args import KernelArgs
 from .memory import DeviceBuffer, DeviceView, HostBuffer, as_view
+from .signature import Signature
 
 __version__ = "0.1.0"
 

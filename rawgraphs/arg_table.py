@@ -23,7 +23,7 @@ from itertools import repeat
 import numpy as np
 
 from .errors import error_from
-from .kernel import KernelArgs
+from .kernel_args import KernelArgs
 
 __all__ = ["ArgTable", "Batch", "retarget", "tables_for"]
 

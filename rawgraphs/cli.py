@@ -11,8 +11,9 @@ from .bench.report import format_table
 from .compiler import compile_file, kernel_files, nvrtc_version, ptxas_report
 from .context import device, driver_version, gpu_available
 from .errors import NoDriverError
-from .kernel import Module, launchable, parse_signatures
+from .kernel import Module
 from .model.decode import KERNEL_FILES
+from .signature import launchable, parse_signatures
 
 NO_GPU = "No NVIDIA GPU or driver found on this machine: running only what needs no GPU."
 

@@ -25,7 +25,8 @@ from .capture_state import release
 from .context import Stream
 from .errors import ClosedError, GraphUpdateError, check, error_from
 from .graph import Graph, Node, _show, kernel_node_params
-from .kernel import Kernel, KernelArgs, LaunchShape, convert_arg
+from .kernel import Kernel, LaunchShape
+from .kernel_args import KernelArgs, convert_arg
 from .memory import as_view
 
 __all__ = ["GraphExec"]

@@ -18,7 +18,8 @@ from cuda.bindings import driver
 from .capture_state import release
 from .context import Event, device
 from .errors import ClosedError, check
-from .kernel import Kernel, KernelArgs, LaunchShape, cluster_value
+from .kernel import Kernel, LaunchShape, cluster_value
+from .kernel_args import KernelArgs
 from .memory import HostBuffer, _Array, as_view
 
 __all__ = ["Graph", "Node", "kernel_node_params"]

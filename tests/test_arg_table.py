@@ -12,7 +12,9 @@ import rawgraphs.executable as executable
 from rawgraphs.arg_table import tables_for
 from rawgraphs.errors import CudaError
 from rawgraphs.graph import Node
-from rawgraphs.kernel import KernelArgs, LaunchShape, parse_signatures
+from rawgraphs.kernel import LaunchShape
+from rawgraphs.kernel_args import KernelArgs
+from rawgraphs.signature import parse_signatures
 
 SRC = """
 extern "C" __global__ void axpb(float* out, const float* x, float a, float b, int n) {}

@@ -8,7 +8,7 @@ import pytest
 
 from rawgraphs.compiler import compile_file, compile_source, kernel_files, resource_usage
 from rawgraphs.errors import CompileError
-from rawgraphs.kernel import parse_signatures
+from rawgraphs.signature import parse_signatures
 
 KERNELS = [p.stem for p in kernel_files()]
 

@@ -3,7 +3,7 @@ its size with a static_assert at compile time, which test_compiler runs on every
 
 from rawgraphs.compiler import kernel_dir
 from rawgraphs.device_update import UPDATE_DTYPE
-from rawgraphs.kernel import parse_signatures
+from rawgraphs.signature import parse_signatures
 
 
 def test_update_record_layout():

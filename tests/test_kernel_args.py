@@ -6,8 +6,10 @@ import struct
 import numpy as np
 import pytest
 
-from rawgraphs.kernel import KernelArgs, LaunchShape, Param, Signature, parse_signatures
+from rawgraphs.kernel import LaunchShape
+from rawgraphs.kernel_args import KernelArgs
 from rawgraphs.memory import DeviceView, as_view
+from rawgraphs.signature import Param, Signature, parse_signatures
 
 SRC = """
 // a comment with __global__ void fake(int x) inside must be ignored
@@ -176,7 +178,7 @@ def test_resolve_names_plain_kernels_and_compiled_template_instantiations():
     """Module.kernel's lookup without a GPU: a plain kernel by name; a template only by a name expression compiled
     in, with its template's parameters; a bare template, one not compiled in, a plain kernel spelled as a template
     and an unknown name are refused by name (KeyError saying what exists)."""
-    from rawgraphs.kernel import launchable, resolve
+    from rawgraphs.signature import launchable, resolve
     src = """
     template <int N, bool F> __global__ void __launch_bounds__(128) t(float* y, int n) {}
     extern "C" __global__ void plain(float* y, float a) {}

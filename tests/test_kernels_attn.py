@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from rawgraphs.compiler import compile_file, kernel_dir, resource_usage
-from rawgraphs.kernel import launchable, parse_signatures
 from rawgraphs.model import ModelConfig, attn_plan
 from rawgraphs.model import reference as ref
 from rawgraphs.model.attn_plan import KERNELS, attention_kernel, attention_plan, attention_plan_for, workspace_elements
 from rawgraphs.model.plans import gemv_plan
+from rawgraphs.signature import launchable, parse_signatures
 
 BF16 = ml_dtypes.bfloat16
 PAGE = 16

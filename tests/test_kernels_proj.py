@@ -64,7 +64,7 @@ def test_compiles(name, arch):
 
 def test_signatures():
     from rawgraphs.compiler import kernel_dir
-    from rawgraphs.kernel import parse_signatures
+    from rawgraphs.signature import parse_signatures
 
     sigs = {}
     for name in FILES:

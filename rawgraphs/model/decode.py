@@ -24,8 +24,10 @@ import numpy as np
 from ..compiler import kernel_dir
 from ..context import Stream, device
 from ..graph import Graph
-from ..kernel import Kernel, KernelArgs, LaunchShape, Module, Signature, launchable, parse_signatures
+from ..kernel import Kernel, LaunchShape, Module
+from ..kernel_args import KernelArgs
 from ..memory import DeviceBuffer, DeviceView, HostBuffer
+from ..signature import Signature, launchable, parse_signatures
 from .attn_plan import BLOCK_SIZE, attention_plan_for, workspace_elements
 from .attn_plan import KERNELS as ATTENTION_KERNELS
 from .config import ModelConfig
