@@ -72,8 +72,8 @@ def _reads(ln, cfg: ModelConfig, context: int, B: int) -> int:
 def _plan_row(ln, reads: int) -> dict:
     """One launch of the plan; ``reads`` (bytes) and their time at the nominal bandwidth: what the launch costs at
     the least, against which its measured time (``benchmarks/diagnostics/step_costs.py``) shows its fixed cost."""
-    floor = {"MB read": f"{reads / 1e6:.2f}" if reads else "", "floor us": f"{reads / NOMINAL_GBS / 1e3:.2f}"
-             if reads else ""}
+    mb, us = (f"{reads / 1e6:.2f}", f"{reads / NOMINAL_GBS / 1e3:.2f}") if reads else ("", "")
+    floor = {"MB read": mb, "floor us": us}
     if isinstance(ln, AllReduce):
         return {"launch": ln.name, "kernel": f"NCCL all-reduce (sum over {ln.comm.size} ranks)", "grid": "",
                 "block": "", "shared": "", **floor}
