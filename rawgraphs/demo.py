@@ -62,8 +62,7 @@ def _reads(ln, cfg: ModelConfig, context: int, B: int) -> int:
     ``context`` tokens (attention); 0 for the rest (their reads are activations, ~KB)."""
     names = () if isinstance(ln, AllReduce) else ln.args.signature.names
     if "w" in names:
-        w = ln.args.refs["w"]
-        return int(np.prod(w.shape)) * w.dtype.itemsize
+        return ln.args.refs["w"].nbytes
     if "k_cache" in names:
         return cfg.kv_bytes_per_token() // cfg.n_layers * context * B
     return 0
