@@ -70,7 +70,7 @@ def time_case(mod, spin, stream, name: str, N: int, K: int, out: str, B: int, re
     y = DeviceBuffer((B, N), np.float32 if out == "f32" else ml_dtypes.bfloat16)  # [B, N]
     y.zero(stream)
     work = DeviceBuffer((max(plan.workspace_bytes, 1),), np.uint8)
-    counters = DeviceBuffer((max(plan.counters, 1),), np.int32)  # gemm_tc's split merge: zeros, kept zero
+    counters = DeviceBuffer((max(plan.counters, 1),), np.int32)  # in-kernel split merges: zeros, kept zero
     counters.zero(stream)
     device().synchronize()  # the pageable upload of x has landed
     # Packed argument blocks per weight copy, built once: the timed loop only launches.
