@@ -393,7 +393,7 @@ __device__ __forceinline__ void attention_block(
 
 // One kernel per (head dim, query heads per block, first page preloaded), instantiated by NVRTC name
 // expression (rawgraphs.model.attn_plan.KERNELS, e.g. "attention<128,1,true>"): each gets only the registers
-// its G and PRE need. rawgraphs reads the signature from this template's declaration (kernel.py).
+// its G and PRE need. rawgraphs reads the signature from this template's declaration (signature.py).
 template <int HD, int G, bool PRE>
 __global__ void __launch_bounds__(128) attention(
         __nv_bfloat16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,

@@ -1,8 +1,10 @@
 """rawgraphs: raw, inspectable CUDA graphs for LLM decode, over cuda-python.
 
-Compile kernels with NVRTC (:mod:`rawgraphs.compiler`), launch them eagerly (:mod:`rawgraphs.kernel`), record
-them into graphs node by node or by stream capture (:mod:`rawgraphs.graph`, :mod:`rawgraphs.capture`) and update
-an instantiated graph's pointers and scalars in place (:mod:`rawgraphs.executable`).
+Compile kernels with NVRTC (:mod:`rawgraphs.compiler`), read their signatures from the source
+(:mod:`rawgraphs.signature`), pack their arguments (:mod:`rawgraphs.kernel_args`), launch them eagerly
+(:mod:`rawgraphs.kernel`), record them into graphs node by node or by stream capture (:mod:`rawgraphs.graph`,
+:mod:`rawgraphs.capture`) and update an instantiated graph's pointers and scalars in place
+(:mod:`rawgraphs.executable`).
 """
 
 from .capture import capture

@@ -1,5 +1,6 @@
-"""``python -m rawgraphs demo``: the main job. Decode with eager launches, a captured graph and an explicit graph,
-check the three agree, and show what each step costs against the bandwidth floor.
+"""``python -m rawgraphs demo``: the main job. Decode with eager launches, a captured graph, an explicit graph and
+the batch-size runner, check they agree, and show what each step costs against the bandwidth floor; ``--update``,
+``--loop N`` and ``--tp N`` add the in-place update demo, the on-device loop and tensor parallelism.
 
 Without a GPU it says so, compiles the kernels and prints the plan of the step (what would launch).
 """
@@ -112,8 +113,7 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise SystemExit(f"--tp {args.tp}: {e}") from None
     if not gpu_available():
-        from .cli import NO_GPU, cmd_compile
-        print(NO_GPU)
+        from .cli import cmd_compile  # it says there is no GPU
         cmd_compile(argparse.Namespace(arch=None, no_cache=False))
         print()
         print_plan(cfg, args.batch, len(prompts[0]), args.tokens, args.tp)

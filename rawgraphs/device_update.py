@@ -2,12 +2,13 @@
 executable graph by one kernel on a stream (``cudaGraphKernelNodeUpdatesApply``), instead of one
 ``cuGraphExecKernelNodeSetParams`` call per node.
 
-``GraphExec.set_args_many`` pays one driver call per node, 1.1-1.2 us on the H200 hosts we measured
-(benchmarks/graph_overheads.py), so its per-node cost cannot go below that from the host. Here the host packs
+``GraphExec.set_args_many`` pays one driver call per node (0.5-1.2 us on the H200 hosts we measured,
+benchmarks/graph_overheads.py), so its per-node cost cannot go below that from the host. Here the host packs
 the values once, writes one 40-byte ``cudaGraphKernelNodeUpdate`` per node and field into mapped pinned memory
 (NumPy, vectorized over the nodes) and launches ``apply_updates`` (kernels/device_update.cu), which applies the
-whole batch on the device, one thread per update (H200, 350 nodes: 0.53 us of host time and 0.55 us of GPU time
-per node; 2.5 us of GPU time per node when one thread applied the whole batch). The update is stream-ordered like
+whole batch on the device, one thread per update (H200, 350 nodes: 0.14 us of host time and 0.16 us of GPU time per
+node in session 22; session 7's first version, 0.53 and 0.55 us; 2.5 us of GPU time per node when one thread applied
+the whole batch). The update is stream-ordered like
 any kernel: a graph launched after it on the same
 stream sees the new values, one launched before it does not. The executable's own argument blocks are rewritten
 too, so what it reports, and what a later host-side update pushes, agree with what the device holds.

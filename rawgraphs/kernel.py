@@ -1,9 +1,9 @@
 """Modules, kernels that know their signature, launch shapes, and eager launch.
 
-A kernel's signature is read from its ``extern "C" __global__`` declaration in the source
-(:mod:`rawgraphs.signature`), so the Python side never restates it by hand (``expect=`` checks a stated one against
-the source). Its arguments are one packed block (:class:`rawgraphs.kernel_args.KernelArgs`) that the launch and
-graph kernel nodes read directly.
+A kernel's signature is read from its ``extern "C" __global__`` or ``template <...> __global__`` declaration in
+the source (:mod:`rawgraphs.signature`), so the Python side never restates it by hand (``expect=`` checks a stated
+one against the source). Its arguments are one packed block (:class:`rawgraphs.kernel_args.KernelArgs`) that the
+launch and graph kernel nodes read directly.
 """
 
 from __future__ import annotations

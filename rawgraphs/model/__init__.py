@@ -1,4 +1,7 @@
-"""Llama-style decode model: config, weights, and the float64 NumPy reference."""
+"""Llama-style decode model: config, weights, the float64 NumPy reference and paged-KV block tables.
+
+The GPU model is :class:`rawgraphs.model.decode.DecodeModel`; the on-device loop :mod:`rawgraphs.model.loop`.
+"""
 
 from .blocks import BlockAllocator, make_block_tables
 from .config import ModelConfig

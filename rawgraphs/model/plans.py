@@ -46,7 +46,8 @@ every block: at B = 8 that redundant silu made 1b's down cost 34.7 us for 5.4 us
 
 Input ops (``x_op``) fuse the kernel before the projection into its x loads, saving a launch and a round trip:
 ``"plain"`` x[B, K] as stored; ``"rmsnorm"`` ``bf16(rmsnorm(x[B, K]) * norm)`` (``launches(norm=, eps=)``; each
-block computes its rows' inverse RMS over all of K), rounded to bf16 exactly where kernels/rmsnorm.cu stores.
+block computes its rows' inverse RMS over all of K; ``gemm_tc`` instead gets one ``rms_input`` launch before it that
+normalises the rows once), rounded to bf16 exactly where kernels/rmsnorm.cu stores.
 """
 
 from __future__ import annotations
