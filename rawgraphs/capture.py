@@ -52,7 +52,7 @@ class _Session:
         if len(deps) != 1:  # right after a launch the stream's frontier is exactly the new node
             raise RuntimeError(f"capture bookkeeping: expected the launched node, found {len(deps)} frontier nodes")
         g = self.graph
-        g._record(Node(deps[0], "kernel", g._name(None, kernel.name), (), kernel, shape, args.copy(),
+        g._record(Node(deps[0], "kernel", g._begin((), None, kernel.name)[1], (), kernel, shape, args.copy(),
                        pins=(kernel,)))
 
 
@@ -72,7 +72,7 @@ def record_launch(kernel, shape, args, stream) -> None:
 
 
 def _driver_nodes(graph: Graph) -> list:
-    n = check(driver.cuGraphGetNodes(graph.handle, 0), "cuGraphGetNodes")[1]
+    n = check(driver.cuGraphGetNodes(graph._live(), 0), "cuGraphGetNodes")[1]
     return list(check(driver.cuGraphGetNodes(graph.handle, n), "cuGraphGetNodes")[0]) if n else []
 
 
@@ -105,9 +105,11 @@ class capture:
                 self._before = {int(h) for h in _driver_nodes(graph)}
                 check(driver.cuStreamBeginCaptureToGraph(s, graph._live(), None, None, 0, mode),
                       "cuStreamBeginCaptureToGraph")
-        except CudaError as e:
+        except BaseException as e:  # a closed `into` too: an open count left behind would hold every free forever
             capture_closed()
-            raise CaptureError(e, capture_status(self.stream), e.call) from None
+            if isinstance(e, CudaError):
+                raise CaptureError(e, capture_status(self.stream), e.call) from None
+            raise
         self._records = len(graph.nodes)
         self.graph = graph
         state.depth += 1

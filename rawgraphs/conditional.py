@@ -64,11 +64,11 @@ def _params(kind: str, handle: int, cases: int | None) -> driver.CUgraphNodePara
     return p
 
 
-def _finish(graph: Graph, handle_node, p, kind: str, handle: int, deps, name: str | None) -> Conditional:
+def _finish(graph: Graph, handle_node, p, kind: str, handle: int, deps, name: str) -> Conditional:
     bodies = tuple(Graph(b, owned=False) for b in p.conditional.phGraph_out[:p.conditional.size])
     for body in bodies:
         body.parent = graph
-    node = graph._record(Node(handle_node, "conditional", graph._name(name, kind), deps, pins=bodies))
+    node = graph._record(Node(handle_node, "conditional", name, deps, pins=bodies))
     return Conditional(node, handle, kind, bodies)
 
 
@@ -78,15 +78,15 @@ def add_conditional(graph: Graph, kind: str, handle: int | None = None, default:
 
     ``handle`` defaults to a new one of ``graph`` with ``default``; ``cases`` is the number of SWITCH branches.
     """
-    deps = graph._deps(deps)
+    deps, name = graph._begin(deps, name, kind)
     handle = create_handle(graph, default) if handle is None else handle
     p = _params(kind, handle, cases)
     try:
         h = check(driver.cuGraphAddNode(graph._live(), [d.handle for d in deps], None, len(deps), p),
                   f"cuGraphAddNode(conditional {kind})")
     except CudaError as e:
-        e.hint = (e.hint or "") + f" ({kind} nodes need a driver for CUDA 12.3+, if_else/switch 12.8+)"
-        raise
+        hint = (e.hint + " " if e.hint else "") + f"({kind} nodes need a driver for CUDA 12.3+, if_else/switch 12.8+)"
+        raise CudaError(e.name, e.code, e.description, hint=hint, call=e.call) from e
     return _finish(graph, h, p, kind, handle, deps, name)
 
 
@@ -100,6 +100,7 @@ def capture_conditional(stream: Stream, kind: str, default: int | None = None, c
     res = check(driver.cuStreamGetCaptureInfo(stream.handle), "cuStreamGetCaptureInfo")
     frontier = list(res[3] or ())
     graph = session.graph
+    _, name = graph._begin((), name, kind)
     handle = create_handle(graph, default)
     p = _params(kind, handle, cases)
     h = check(driver.cuGraphAddNode(graph.handle, frontier, None, len(frontier), p),

@@ -123,11 +123,14 @@ class Graph:
                 raise ValueError(f"dependency {d.name!r} is not a node of this graph")
         return deps
 
-    def _name(self, name: str | None, stem: str) -> str:
+    def _begin(self, deps, name: str | None, stem: str) -> tuple[tuple[Node, ...], str]:
+        """A new node's checked dependencies and name, before the driver adds it: a refused name or dependency
+        leaves no node in the driver's graph that this object does not know."""
+        deps = self._deps(deps)
         name = name or f"{stem}#{next(self._counter)}"
         if name in self._by_name:
             raise ValueError(f"a node named {name!r} already exists in this graph")
-        return name
+        return deps, name
 
     def _record(self, node: Node) -> Node:
         self.nodes.append(node)
@@ -139,7 +142,7 @@ class Graph:
                    name: str | None = None) -> Node:
         """A kernel node. The node owns its block (a dict is packed into a new one, a KernelArgs is copied), so
         later updates touch only this node."""
-        deps = self._deps(deps)
+        deps, name = self._begin(deps, name, kernel.name)
         if isinstance(args, dict):
             args = kernel.args(**args)  # a block of the node's own already
         elif args.signature is not kernel.signature:
@@ -166,12 +169,12 @@ class Graph:
             except Exception:
                 check(driver.cuGraphDestroyNode(h), "cuGraphDestroyNode")
                 raise
-        return self._record(Node(h, "kernel", self._name(name, kernel.name), deps, kernel, shape, args,
+        return self._record(Node(h, "kernel", name, deps, kernel, shape, args,
                                  pins=(kernel,)))
 
     def add_memset(self, dst, value: int, deps=None, name: str | None = None, element_size: int = 1) -> Node:
         """Set every element (1, 2 or 4 bytes wide) of device array ``dst`` to ``value``."""
-        deps = self._deps(deps)
+        deps, name = self._begin(deps, name, "memset")
         view = as_view(dst)
         if element_size not in (1, 2, 4) or view.nbytes % element_size:
             raise ValueError(f"element_size must be 1, 2 or 4 and divide {view.nbytes} bytes")
@@ -180,11 +183,11 @@ class Graph:
         p.width, p.height, p.pitch = view.nbytes // element_size, 1, 0
         h = check(driver.cuGraphAddMemsetNode(self._live(), [d.handle for d in deps], len(deps), p,
                                               device().context), "cuGraphAddMemsetNode")
-        return self._record(Node(h, "memset", self._name(name, "memset"), deps, pins=(view,)))
+        return self._record(Node(h, "memset", name, deps, pins=(view,)))
 
     def add_memcpy(self, dst, src, nbytes: int | None = None, deps=None, name: str | None = None) -> Node:
         """Copy ``nbytes`` (default: all of ``src``) between device arrays and pinned :class:`HostBuffer`s."""
-        deps = self._deps(deps)
+        deps, name = self._begin(deps, name, "memcpy")
         p = driver.CUDA_MEMCPY3D()
         ends = []
         for side, obj in (("src", src), ("dst", dst)):
@@ -200,39 +203,39 @@ class Graph:
         p.WidthInBytes, p.Height, p.Depth = nbytes, 1, 1
         h = check(driver.cuGraphAddMemcpyNode(self._live(), [d.handle for d in deps], len(deps), p,
                                               device().context), "cuGraphAddMemcpyNode")
-        return self._record(Node(h, "memcpy", self._name(name, "memcpy"), deps, pins=(ends[0][0], ends[1][0])))
+        return self._record(Node(h, "memcpy", name, deps, pins=(ends[0][0], ends[1][0])))
 
     def add_event_record(self, event: Event, deps=None, name: str | None = None) -> Node:
         """Record ``event`` when the dependencies are done."""
-        deps = self._deps(deps)
+        deps, name = self._begin(deps, name, "event_record")
         h = check(driver.cuGraphAddEventRecordNode(self._live(), [d.handle for d in deps], len(deps),
                                                    event.handle), "cuGraphAddEventRecordNode")
-        return self._record(Node(h, "event_record", self._name(name, "event_record"), deps, pins=(event,)))
+        return self._record(Node(h, "event_record", name, deps, pins=(event,)))
 
     def add_event_wait(self, event: Event, deps=None, name: str | None = None) -> Node:
         """Wait for ``event`` (recorded elsewhere) before the nodes that depend on this one."""
-        deps = self._deps(deps)
+        deps, name = self._begin(deps, name, "event_wait")
         h = check(driver.cuGraphAddEventWaitNode(self._live(), [d.handle for d in deps], len(deps),
                                                  event.handle), "cuGraphAddEventWaitNode")
-        return self._record(Node(h, "event_wait", self._name(name, "event_wait"), deps, pins=(event,)))
+        return self._record(Node(h, "event_wait", name, deps, pins=(event,)))
 
     def add_empty(self, deps=None, name: str | None = None) -> Node:
         """A node that does nothing: a join point for many dependencies."""
-        deps = self._deps(deps)
+        deps, name = self._begin(deps, name, "empty")
         h = check(driver.cuGraphAddEmptyNode(self._live(), [d.handle for d in deps], len(deps)),
                   "cuGraphAddEmptyNode")
-        return self._record(Node(h, "empty", self._name(name, "empty"), deps))
+        return self._record(Node(h, "empty", name, deps))
 
     def add_child(self, child: Graph, deps=None, name: str | None = None) -> Node:
         """Embed a copy of ``child`` (the driver clones it; later edits of ``child`` do not reach this node)."""
-        deps = self._deps(deps)
+        deps, name = self._begin(deps, name, "child")
         h = check(driver.cuGraphAddChildGraphNode(self._live(), [d.handle for d in deps], len(deps),
                                                   child._live()), "cuGraphAddChildGraphNode")
-        return self._record(Node(h, "child", self._name(name, "child"), deps, pins=(child,)))
+        return self._record(Node(h, "child", name, deps, pins=(child,)))
 
     def add_mem_alloc(self, nbytes: int, deps=None, name: str | None = None) -> Node:
         """Allocate ``nbytes`` from the graph memory pool; the address is ``node.ptr`` (mapped at launch)."""
-        deps = self._deps(deps)
+        deps, name = self._begin(deps, name, "mem_alloc")
         p = driver.CUDA_MEM_ALLOC_NODE_PARAMS()
         p.poolProps.allocType = driver.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
         p.poolProps.location.type = driver.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
@@ -240,15 +243,15 @@ class Graph:
         p.bytesize = nbytes
         h = check(driver.cuGraphAddMemAllocNode(self._live(), [d.handle for d in deps], len(deps), p),
                   "cuGraphAddMemAllocNode")
-        return self._record(Node(h, "mem_alloc", self._name(name, "mem_alloc"), deps, ptr=int(p.dptr)))
+        return self._record(Node(h, "mem_alloc", name, deps, ptr=int(p.dptr)))
 
     def add_mem_free(self, alloc: Node | int, deps=None, name: str | None = None) -> Node:
         """Free graph memory (a ``mem_alloc`` node or its address) after the dependencies."""
-        deps = self._deps(deps)
+        deps, name = self._begin(deps, name, "mem_free")
         ptr = alloc.ptr if isinstance(alloc, Node) else int(alloc)
         h = check(driver.cuGraphAddMemFreeNode(self._live(), [d.handle for d in deps], len(deps), ptr),
                   "cuGraphAddMemFreeNode")
-        return self._record(Node(h, "mem_free", self._name(name, "mem_free"), deps))
+        return self._record(Node(h, "mem_free", name, deps))
 
     def make_device_updatable(self, node: Node) -> int:
         """Mark a kernel node device-updatable; returns its device handle (also ``node.device_handle``) for

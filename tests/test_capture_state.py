@@ -1,6 +1,9 @@
 """Destructors wait while a capture is open (a free during a global-mode capture would invalidate it), and the
 synchronous-copy guard, without a GPU."""
 
+import sys
+from types import SimpleNamespace
+
 import pytest
 
 from rawgraphs.capture_state import capture_closed, capture_opened, release, state
@@ -37,3 +40,19 @@ def test_synchronous_copy_is_refused_while_this_thread_captures():
         assert ei.value.name == "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"
     finally:
         state.depth -= 1
+
+
+def test_a_capture_that_cannot_start_leaves_no_open_count():
+    """Any error in ``__enter__`` (here a closed ``into`` graph, a ClosedError, not a CudaError) must close the count
+    it opened: one left behind would hold every later free of the process."""
+    from rawgraphs.errors import ClosedError
+
+    def closed():
+        raise ClosedError("this Graph was closed")
+
+    cap = sys.modules["rawgraphs.capture"]  # the module: ``rawgraphs.capture`` is also the class's name
+    with pytest.raises(ClosedError):
+        cap.capture(SimpleNamespace(handle=0), into=SimpleNamespace(nodes=[], _live=closed)).__enter__()
+    calls = []
+    release(calls.append, "freed")
+    assert calls == ["freed"]

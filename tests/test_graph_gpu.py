@@ -267,6 +267,24 @@ def test_every_node_kind(k, stream, rng):
                      "mem_free", "empty", "memcpy"]
 
 
+def test_refused_names_and_dependencies_add_no_driver_node(k, bufs, stream):
+    """A node refused by rawgraphs (a name taken, a dependency of another graph) must not reach the driver's graph,
+    where it would run at every launch unseen."""
+    g, other = diamond_explicit(k, bufs), Graph()
+    stray = other.add_empty(name="stray")
+    for add in (lambda: g.add_kernel(k["axpb"], SHAPE, {"out": bufs["a"], "x": bufs["x"], "a": 9.0, "b": 9.0, "n": N},
+                                     name="a"),
+                lambda: g.add_empty(name="c"), lambda: g.add_memset(bufs["d"], 0, name="d"),
+                lambda: g.add_empty(deps=stray)):
+        with pytest.raises(ValueError, match="already exists|not a node of this graph"):
+            add()
+        assert g.node_count() == len(g.nodes) == 4
+    exe = g.instantiate()
+    exe.launch(stream)
+    stream.synchronize()
+    check_all(bufs, expected(bufs))
+
+
 def test_inspection_lists_kernels_shapes_args_and_dot(k, bufs, tmp_path):
     g = diamond_explicit(k, bufs)
     desc = {d["name"]: d for d in g.describe()}
