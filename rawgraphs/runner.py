@@ -48,6 +48,9 @@ def pad_inputs(tokens, positions, tables, size: int) -> tuple[np.ndarray, np.nda
     """Rows ``B..size-1`` as inactive padding: token 0, position -1, block table of zeros."""
     tokens, positions, tables = (np.asarray(a, np.int32) for a in (tokens, positions, tables))
     B = len(tokens)
+    if tokens.ndim != 1 or positions.shape != (B,) or tables.ndim != 2 or len(tables) != B or B > size:
+        raise ValueError(f"inputs must be [B], [B], [B, MB] with B <= {size}; "
+                         f"got {tokens.shape}, {positions.shape}, {tables.shape}")
     pt = np.zeros(size, np.int32)                                # [size]
     pp = np.full(size, -1, np.int32)                             # [size]
     ptab = np.zeros((size, tables.shape[1]), np.int32)           # [size, MB]

@@ -34,6 +34,17 @@ def test_padding_marks_rows_inactive_and_keeps_real_rows(rng):
     assert (p[37:] == -1).all() and (t[37:] == 0).all() and (tab[37:] == 0).all()
 
 
+@pytest.mark.parametrize("bad", [
+    (np.ones(2), np.zeros(1), np.zeros((2, 4))),   # one position for two tokens: must not broadcast
+    (np.ones(2), np.zeros(2), np.zeros((1, 4))),   # one table row for two tokens
+    (np.ones(2), np.zeros(2), np.zeros(8)),        # a table that is not [B, MB]
+    (np.ones(5), np.zeros(5), np.zeros((5, 4))),   # more rows than the size
+])
+def test_padding_refuses_inputs_that_do_not_agree(bad):
+    with pytest.raises(ValueError, match=r"inputs must be \[B\], \[B\], \[B, MB\] with B <= 4"):
+        pad_inputs(*bad, 4)
+
+
 class FakeModel:
     """Records what the runner asks of the model (no GPU)."""
 

@@ -24,6 +24,8 @@ def stage(tokens, positions, tables) -> None:
     B = len(tokens)
     if positions.max(initial=-1) >= 4096:
         raise ValueError("position past the end")
+    if tables.view(np.uint32).max(initial=0) >= 4096 or tokens.view(np.uint32).max(initial=0) >= 32000:
+        raise ValueError("an id past the end")  # session 25's id checks
     h_tok[:B], h_pos[:B], h_tab[:B] = tokens, positions, 0
     h_tab[:B, :tables.shape[1]] = tables
 

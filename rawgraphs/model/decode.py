@@ -340,17 +340,37 @@ class DecodeModel:
         self.positions.upload_async(self.h_positions, 4 * B, stream)
         self.block_tables.upload_async(self.h_tables, 4 * B * self.max_blocks, stream)
 
-    def stage_inputs(self, tokens, positions, block_tables) -> int:
-        """Check and write ``B`` rows of inputs into the pinned staging arrays only (a graph with memcpy nodes
-        from them copies them in); returns ``B``. Do not call while a launch that copies them is pending."""
+    def checked_inputs(self, tokens, positions, block_tables) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``tokens``, ``positions``, ``block_tables`` as int32 arrays, or ValueError: the kernels index the
+        embedding, the KV pool and the rope tables with them unchecked, so a bad id would read or write out of
+        bounds on the device. Rows with a position < 0 are inactive: their token is not read."""
         tokens, positions = np.asarray(tokens, np.int32), np.asarray(positions, np.int32)
         tables = np.asarray(block_tables, np.int32)
         B = len(tokens)
-        if not (len(positions) == B == len(tables)) or B > self.max_batch or tables.shape[1] > self.max_blocks:
+        if (tokens.ndim != 1 or positions.shape != (B,) or tables.ndim != 2 or len(tables) != B
+                or B > self.max_batch or tables.shape[1] > self.max_blocks):
             raise ValueError(f"inputs must be [B], [B], [B, <= {self.max_blocks}] with B <= {self.max_batch}; "
                              f"got {tokens.shape}, {positions.shape}, {tables.shape}")
-        if positions.max(initial=-1) >= self.cfg.max_seq_len:
-            raise ValueError(f"a position is past max_seq_len {self.cfg.max_seq_len}")
+        # a row at position p reads blocks 0 .. p // 16 of its table: all must be given
+        reach = min(self.cfg.max_seq_len, tables.shape[1] * BLOCK_SIZE)
+        if positions.max(initial=-1) >= reach:
+            raise ValueError(f"a position is past {reach}: max_seq_len is {self.cfg.max_seq_len} and a block table "
+                             f"of {tables.shape[1]} blocks holds {tables.shape[1] * BLOCK_SIZE} positions")
+        # one unsigned max per array (a negative id is a huge uint32): these run on every step's host path
+        if tables.view(np.uint32).max(initial=0) >= self.num_blocks:
+            raise ValueError(f"block ids must be in [0, {self.num_blocks}), the KV pool's blocks; got "
+                             f"{tables.min()} .. {tables.max()}")
+        if tokens.view(np.uint32).max(initial=0) >= self.cfg.vocab:
+            bad = ((tokens < 0) | (tokens >= self.cfg.vocab)) & (positions >= 0)
+            if bad.any():
+                raise ValueError(f"token ids must be in [0, {self.cfg.vocab}); got {tokens[bad].tolist()}")
+        return tokens, positions, tables
+
+    def stage_inputs(self, tokens, positions, block_tables) -> int:
+        """Check and write ``B`` rows of inputs into the pinned staging arrays only (a graph with memcpy nodes
+        from them copies them in); returns ``B``. Do not call while a launch that copies them is pending."""
+        tokens, positions, tables = self.checked_inputs(tokens, positions, block_tables)
+        B = len(tokens)
         self.h_tokens.array[:B] = tokens
         self.h_positions.array[:B] = positions
         self.h_tables.array[:B] = 0
