@@ -47,10 +47,16 @@ class Signature:
 
     @classmethod
     def parse(cls, text: str) -> Signature:
-        """``"rmsnorm(x: ptr, n: i32, eps: f32)"`` or ``"x:ptr, n:i32"`` (then the name is empty)."""
-        m = re.fullmatch(r"\s*(\w*)\s*\(?(.*?)\)?\s*", text, re.S)
-        params = [p.split(":") for p in m.group(2).split(",") if p.strip()]
-        return cls(m.group(1), tuple(Param(n.strip(), t.strip()) for n, t in params))
+        """``"rmsnorm(x: ptr, n: i32, eps: f32)"`` or ``"x: ptr, n: i32"`` (then the name is empty)."""
+        m = re.fullmatch(r"\s*(?:(\w*)\s*\((.*)\)|(.*?))\s*", text, re.S)
+        name, body = (m.group(1), m.group(2)) if m.group(2) is not None else ("", m.group(3))
+        params = []
+        for p in body.split(",") if body.strip() else ():
+            parts = [s.strip() for s in p.split(":")]
+            if len(parts) != 2 or not re.fullmatch(r"\w+", parts[0]):
+                raise ValueError(f"signature {text!r}: parameter {p.strip()!r} is not 'name: type'")
+            params.append(Param(*parts))
+        return cls(name, tuple(params))
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -139,8 +139,14 @@ def test_signature_text_round_trip_and_stated_signature():
     s = Signature.parse("k(x: ptr, n: i32)")
     assert s.name == "k" and s.params == (Param("x", "ptr"), Param("n", "i32"))
     assert str(s) == "k(x: ptr, n: i32)"
+    bare = Signature.parse(" x: ptr,n:i32 ")  # the form Module.kernel(expect=) documents: no name
+    assert bare.name == "" and bare.params == s.params
+    assert Signature.parse("k()").params == Signature.parse("").params == ()
     with pytest.raises(ValueError, match="unknown type"):
         Param("x", "int")
+    for bad in ("x ptr", "k(x: ptr,)", "x: ptr: i32", "k(: ptr)"):
+        with pytest.raises(ValueError, match="is not 'name: type'"):
+            Signature.parse(bad)
 
 
 @pytest.mark.parametrize("grid, block, shared, msg", [

@@ -178,6 +178,13 @@ def test_unknown_kernel_names_the_ones_that_exist(basic):
         basic.kernel("axbp")
 
 
+def test_stated_signature_is_checked_against_the_source(basic):
+    k = basic.kernel("axpb", expect="out: ptr, x: ptr, a: f32, b: f32, n: i32")
+    assert k is basic.kernel("axpb", expect="axpb(out: ptr, x: ptr, a: f32, b: f32, n: i32)")
+    with pytest.raises(TypeError, match=r"stated signature \(out: ptr, x: ptr, a: f32, b: f32, n: i64\) does not"):
+        basic.kernel("axpb", expect="out: ptr, x: ptr, a: f32, b: f32, n: i64")
+
+
 def test_event_elapsed_time_is_positive(basic, stream):
     from rawgraphs import Event
     a, b = Event.create(), Event.create()
