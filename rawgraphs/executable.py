@@ -23,7 +23,7 @@ from cuda.bindings import driver
 from .arg_table import ArgTable, Batch, retarget, tables_for
 from .capture_state import release
 from .context import Stream
-from .errors import ClosedError, GraphUpdateError, check, error_from
+from .errors import ClosedError, CudaError, GraphUpdateError, check, error_from
 from .graph import Graph, Node, _show, kernel_node_params
 from .kernel import Kernel, LaunchShape
 from .kernel_args import KernelArgs, convert_arg
@@ -171,11 +171,19 @@ class GraphExec:
             raise error_from(err, f"cuGraphExecKernelNodeSetParams({rec.node.name})")
 
     def set_args(self, node: Node | str, /, **named) -> None:
-        """Rewrite the named pointer/scalar arguments of one kernel node; nothing else changes."""
+        """Rewrite the named pointer/scalar arguments of one kernel node; nothing else changes. If the driver
+        refuses them, the node keeps its old values here too (and its old pointer targets stay pinned)."""
         self._live()
         rec = self._rec(node)
-        rec.args.set(**named)
-        self._push(rec)
+        args = rec.args
+        packed = args.pack(**named)
+        old = args.saved(packed)
+        args.apply(packed)
+        try:
+            self._push(rec)
+        except CudaError:
+            args.apply(old)
+            raise
 
     def set_args_many(self, nodes, /, **named) -> int:
         """Give the same named values to many kernel nodes (all of one kernel signature): values are checked

@@ -78,6 +78,12 @@ class KernelArgs:
             values[name] = value
             refs[name] = ref
 
+    def saved(self, packed: tuple) -> tuple:
+        """What :meth:`apply` of ``packed`` would overwrite, in the same form: ``apply(saved)`` puts it back."""
+        mv, values, refs = self._mv, self._values, self.refs
+        return tuple((name, start, end, bytes(mv[start:end]), values[name], refs.get(name))
+                     for name, start, end, *_ in packed)
+
     def __setitem__(self, name: str, value) -> None:
         self.set(**{name: value})
 

@@ -137,6 +137,20 @@ def test_refused_node_keeps_old_values_from_it_on_and_names_it(exe_of):
     assert exe.set_args_many(nodes, a=1.0) == 6 and all(fields(exe, n)["a"] == 1.0 for n in nodes)
 
 
+def test_refused_set_args_leaves_the_node_as_it_was(exe_of):
+    nodes = make_nodes(["axpb"] * 2)
+    exe, rec = exe_of(nodes, fail=0)
+    before, pinned = fields(exe, nodes[0]), exe._rec(nodes[0]).args.refs["x"]
+    target = SimpleNamespace(__cuda_array_interface__={"shape": (4,), "typestr": "<f4", "data": (0x7000, False),
+                                                       "version": 3})
+    with pytest.raises(CudaError, match=r"cuGraphExecKernelNodeSetParams\(axpb0\)"):
+        exe.set_args(nodes[0], a=9.0, x=target)
+    assert fields(exe, nodes[0]) == before and exe.args_of(nodes[0])["a"] == before["a"]
+    assert exe._rec(nodes[0]).args.refs["x"] is pinned  # the old target, which the driver's node still reads
+    exe.set_args(nodes[0], a=9.0, x=target)  # the executable is still usable
+    assert fields(exe, nodes[0]) == dict(before, a=9.0, x=0x7000)
+
+
 def test_bad_batches_are_refused_before_any_byte_changes(exe_of):
     nodes = make_nodes(["axpb", "scale"])
     exe, rec = exe_of(nodes)
