@@ -214,8 +214,8 @@ def _convert_all(kernel: str, lay: _Layout, values: dict) -> tuple[list, dict]:
         if t is int and not flt:
             raws.append(v)
             refs[name] = None
-        elif flt and (t is float or t is int):
-            raws.append(float(v))
+        elif flt and t is float:  # an int goes through convert_arg: float(10**400) overflows
+            raws.append(v)
             refs[name] = None
         elif typ == "ptr" and isinstance(v, _Array):
             raws.append(int(v))
@@ -245,7 +245,13 @@ def convert_arg(kernel: str, name: str, typ: str, value):
     elif typ in ("f32", "f64"):
         if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
             raise TypeError(f"{where} needs a number, got {type(value).__name__}")
-        return float(value), None
+        try:
+            raw = float(value)
+            if typ == "f32":
+                struct.pack("<f", raw)  # finite but past float32's range: OverflowError (inf and nan pass)
+        except OverflowError:
+            raise ValueError(f"{where} = {value!r} does not fit in {typ}") from None
+        return raw, None
     else:
         if isinstance(value, bool) or not hasattr(value, "__index__"):
             raise TypeError(f"{where} needs an int, got {type(value).__name__}")

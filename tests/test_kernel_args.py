@@ -114,10 +114,28 @@ def test_non_contiguous_views_are_refused():
     (dict(x=1, n=2**31, big=1, eps=1.0, seed=1, d=1.0, u=1, out=1), ValueError, "out of range"),
     (dict(x=1, n=1, big=1, eps="1", seed=1, d=1.0, u=1, out=1), TypeError, "needs a number"),
     (dict(x=1, n=1, big=1, eps=1.0, seed=-1, d=1.0, u=1, out=1), ValueError, "out of range"),
+    (dict(x=1, n=1, big=1, eps=1e300, seed=1, d=1.0, u=1, out=1), ValueError, "'eps' .* = 1e.300 does not fit in f32"),
+    (dict(x=1, n=1, big=1, eps=1.0, seed=1, d=10**400, u=1, out=1), ValueError, "'d' .* does not fit in f64"),
 ])
 def test_bad_arguments_are_refused_before_the_driver(kwargs, exc, msg):
     with pytest.raises(exc, match=msg):
         KernelArgs(sig(), **kwargs)
+    good = dict(x=1, n=1, big=1, eps=1.0, seed=1, d=1.0, u=1, out=1)
+    bad = {k: v for k, v in kwargs.items() if k in good and v != good[k]}
+    if bad:  # an update of a good block says the same, and changes nothing
+        a = KernelArgs(sig(), **good)
+        before = bytes(a._buf)
+        with pytest.raises(exc, match=msg):
+            a.set(**bad)
+        assert bytes(a._buf) == before
+
+
+def test_float32_limits_pass_as_the_kernel_would_read_them():
+    a = KernelArgs(sig(), x=1, n=1, big=1, eps=float(np.finfo(np.float32).max), seed=1, d=1.0, u=1, out=1)
+    a.set(eps=float("inf"))
+    assert a.raw("eps") == float("inf")
+    a.set(eps=float("nan"))
+    assert np.isnan(a.raw("eps"))
 
 
 def test_failed_update_changes_nothing():
