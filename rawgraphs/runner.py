@@ -162,7 +162,10 @@ class DecodeRunner:
     def _fallback(self, B, size, tokens, positions, block_tables) -> np.ndarray:
         why = (f"batch {B} is above the largest capture size {self.sizes[-1]}" if size is None
                else f"the capture of size {size} failed: {self.failures.get(size)}")
-        if self.fallback == "raise" or B > self.model.max_batch:
+        if B > self.model.max_batch:
+            raise NoGraphError(f"no graph for this step: {why}, and the model's buffers hold {self.model.max_batch} "
+                               f"rows: build the DecodeModel with max_batch >= {B}.")
+        if self.fallback == "raise":
             raise NoGraphError(f"no graph for this step: {why}. Capture a larger size, or pass "
                                "fallback='eager' to run such steps eagerly (counted in runner.stats).")
         if not self._warned:

@@ -301,6 +301,14 @@ def test_gemv_splits_k_only_past_its_x_row():
     assert gemv_plan(1, 2048, longest).splits == 1 and gemv_plan(1, 2048, longest + 64).splits == 2
 
 
+@pytest.mark.parametrize("B", [2, 3])
+def test_stated_splits_override_the_unit_stream(B):
+    """``splits=`` overrides the plan's choice at every B: at B = 2-3 it leaves gemv_rows (which never splits)."""
+    assert gemv_plan(B, 4096, 4096).kernel == "gemv_rows"
+    plan = gemv_plan(B, 4096, 4096, splits=4)
+    assert plan.kernel == "gemv_mma" and plan.splits == 4
+
+
 def test_occupancy_caps_hold_for_the_compiled_kernels():
     """The shared-memory caps of plans.py give the blocks per SM they claim for the kernels as compiled now (a
     kernel that grew its static shared memory or registers would silently change them): gemv 3 (4 uncapped),

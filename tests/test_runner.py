@@ -82,6 +82,13 @@ def test_eager_fallback_warns_once_and_counts_every_step():
     assert runner.stats.fallback_steps == 3 and ("eager", 5) in model.calls
 
 
+def test_a_batch_past_the_models_buffers_says_so_even_with_the_eager_fallback():
+    runner = DecodeRunner(FakeModel(4), (1, 2, 4), fallback="eager", stream=object())
+    with pytest.raises(NoGraphError, match=r"the model's buffers hold 4 rows: build the DecodeModel with max_batch "
+                                           r">= 5\.$"):
+        runner.step(*inputs(5))
+
+
 def test_enforce_eager_runs_exact_size_without_graphs():
     model = FakeModel(8)
     runner = DecodeRunner(model, (4, 8), eager=True, stream=object())

@@ -236,7 +236,7 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         raise ValueError(f"out='silu' needs an even N (gate rows, then up rows); got N={N}")
     if x_op not in X_OPS:
         raise ValueError(f"x_op must be one of {sorted(X_OPS)}, got {x_op!r}")
-    if kernel is None and (B == 2 or B == ROWS_MAX and K >= ROWS3_MIN_K) and rows_fit(B, K):
+    if kernel is None and splits is None and (B == 2 or B == ROWS_MAX and K >= ROWS3_MIN_K) and rows_fit(B, K):
         unit = gemv_plan(1, N, K, out, x_op=x_op)
         if unit.parts == 1 and unit.splits == 1:  # the unit stream, each weight chunk read once for the B rows
             return replace(unit, kernel="gemv_rows")
