@@ -83,6 +83,14 @@ def test_from_hf_gqa_tied_head_dim_and_file(tmp_path):
     ({"hidden_act": "gelu"}, "hidden_act"),
     ({"attention_bias": True}, "bias"),
     ({"num_key_value_heads": 3}, "multiple of n_kv_heads"),
+    ({"num_key_value_heads": 0}, "n_kv_heads must be a positive int, got 0"),
+    ({"architectures": ["MistralForCausalLM"], "model_type": "mistral"}, "only LlamaForCausalLM"),
+    ({"architectures": ["Gemma2ForCausalLM"]}, "only LlamaForCausalLM"),
+    ({"sliding_window": 4096}, "sliding_window"),
+    ({"rope_scaling": "linear"}, "rope_scaling must be null or an object"),
+    ({"rms_norm_eps": None}, "rms_norm_eps must be a number, got None"),
+    ({"rms_norm_eps": float("inf")}, "rms_norm_eps must be a finite number > 0"),
+    ({"rope_theta": -1.0}, "rope_theta must be a finite number > 0"),
 ])
 def test_from_hf_rejects_what_we_do_not_implement(extra, match):
     with pytest.raises(ValueError, match=match):
@@ -184,3 +192,18 @@ def test_from_hf_reports_missing_and_unknown_tensors(tmp_path):
     save_file(tensors, tmp_path / "model.safetensors")
     with pytest.raises(KeyError, match="down_proj"):
         Weights.from_hf(tmp_path)
+
+
+def test_from_hf_checks_each_tensor_before_fusing(tmp_path):
+    """q_proj 16 rows too tall and k_proj 16 rows short fuse to the right [qkv_dim, D]: each part is checked."""
+    cfg = ModelConfig.preset("tiny")
+    Weights.random(cfg, seed=3).save_hf(tmp_path)
+    good = load_file(tmp_path / "model.safetensors")
+    q, k = "model.layers.1.self_attn.q_proj.weight", "model.layers.1.self_attn.k_proj.weight"
+    moved = dict(good, **{q: np.concatenate([good[q], good[k][:16]]), k: good[k][16:]})
+    wrong_k = dict(good, **{"model.layers.0.mlp.down_proj.weight": good["model.layers.0.mlp.down_proj.weight"][:, 8:]})
+    for tensors, name, shape in ((moved, "q_proj", r"\(80, 64\), the config says \(64, 64\)"),
+                                 (wrong_k, "down_proj", r"\(64, 184\), the config says \(64, 192\)")):
+        save_file(tensors, tmp_path / "model.safetensors")
+        with pytest.raises(ValueError, match=f"{name}.weight' has shape {shape}"):
+            Weights.from_hf(tmp_path)

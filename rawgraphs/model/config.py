@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from os import PathLike
@@ -72,10 +73,10 @@ class ModelConfig:
                              f"got {self.head_dim!r}")
         if self.block_size != 16:
             raise ValueError(f"block_size must be 16 (the kernels' KV block), got {self.block_size}")
-        if not self.rms_norm_eps > 0:
-            raise ValueError(f"rms_norm_eps must be > 0, got {self.rms_norm_eps}")
-        if not self.rope_theta > 0:
-            raise ValueError(f"rope_theta must be > 0, got {self.rope_theta}")
+        for name in ("rms_norm_eps", "rope_theta"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
+                raise ValueError(f"ModelConfig.{name} must be a finite number > 0, got {value!r}")
 
     @classmethod
     def preset(cls, name: str) -> ModelConfig:
@@ -98,7 +99,15 @@ class ModelConfig:
                                "vocab_size") if k not in hf]
         if missing:
             raise ValueError(f"HF config lacks {missing}; is it a LlamaForCausalLM config.json?")
+        arch, mtype = hf.get("architectures") or ["LlamaForCausalLM"], hf.get("model_type", "llama")
+        if "LlamaForCausalLM" not in arch or mtype != "llama":
+            raise ValueError(f"architectures {arch} / model_type {mtype!r}: only LlamaForCausalLM ('llama') is "
+                             "implemented (other families differ in attention, norms or activations)")
+        if hf.get("sliding_window") is not None:
+            raise ValueError("sliding_window is not supported: attention reads the whole context")
         scaling = hf.get("rope_scaling")
+        if scaling is not None and not isinstance(scaling, Mapping):
+            raise ValueError(f"rope_scaling must be null or an object, got {scaling!r}")
         kind = (scaling.get("rope_type", scaling.get("type")) if scaling else None)
         if kind not in _PLAIN_ROPE:
             raise ValueError(f"rope_scaling type {kind!r} is not supported: only plain RoPE "
@@ -108,11 +117,15 @@ class ModelConfig:
         if hf.get("attention_bias") or hf.get("mlp_bias"):
             raise ValueError("attention_bias / mlp_bias are not supported: the projections have no bias")
         heads = hf["num_attention_heads"]
+        kv_heads = hf.get("num_key_value_heads")
+        for key in ("rms_norm_eps", "rope_theta"):
+            if key in hf and (not isinstance(hf[key], (int, float)) or isinstance(hf[key], bool)):
+                raise ValueError(f"HF config's {key} must be a number, got {hf[key]!r}")
         return cls(
             dim=hf["hidden_size"],
             n_layers=hf["num_hidden_layers"],
             n_heads=heads,
-            n_kv_heads=hf.get("num_key_value_heads") or heads,
+            n_kv_heads=heads if kv_heads is None else kv_heads,
             ffn_dim=hf["intermediate_size"],
             vocab=hf["vocab_size"],
             head_dim=hf.get("head_dim"),

@@ -136,32 +136,36 @@ class Weights:
                 for name in f.keys():  # noqa: SIM118 (safe_open is not iterable)
                     tensors[name] = f.get_tensor(name)
 
-        def take(name: str) -> np.ndarray:
+        def take(name: str, shape: tuple[int, ...]) -> np.ndarray:
             if name not in tensors:
                 raise KeyError(f"checkpoint {folder} lacks tensor {name!r}")
+            if tensors[name].shape != shape:  # each part before fusing: a fused shape can hide a wrong split
+                raise ValueError(f"checkpoint {folder}: tensor {name!r} has shape {tensors[name].shape}, the config "
+                                 f"says {shape}")
             return _as_bf16(tensors.pop(name), name)
 
-        def fused(*names: str) -> np.ndarray:
-            return np.ascontiguousarray(np.concatenate([take(n) for n in names], axis=0))
+        def fused(*parts: tuple[str, tuple[int, ...]]) -> np.ndarray:
+            return np.ascontiguousarray(np.concatenate([take(*part) for part in parts], axis=0))
 
+        D, F, q, kv = cfg.dim, cfg.ffn_dim, cfg.q_dim, cfg.kv_dim
         layers = []
         for i in range(cfg.n_layers):
             p = f"model.layers.{i}."
             layers.append(LayerWeights(
-                w_qkv=fused(p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
-                            p + "self_attn.v_proj.weight"),
-                w_o=take(p + "self_attn.o_proj.weight"),
-                w_gate_up=fused(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"),
-                w_down=take(p + "mlp.down_proj.weight"),
-                attn_norm=take(p + "input_layernorm.weight"),
-                mlp_norm=take(p + "post_attention_layernorm.weight")))
-        embed = take("model.embed_tokens.weight")
-        final_norm = take("model.norm.weight")
+                w_qkv=fused((p + "self_attn.q_proj.weight", (q, D)), (p + "self_attn.k_proj.weight", (kv, D)),
+                            (p + "self_attn.v_proj.weight", (kv, D))),
+                w_o=take(p + "self_attn.o_proj.weight", (D, q)),
+                w_gate_up=fused((p + "mlp.gate_proj.weight", (F, D)), (p + "mlp.up_proj.weight", (F, D))),
+                w_down=take(p + "mlp.down_proj.weight", (D, F)),
+                attn_norm=take(p + "input_layernorm.weight", (D,)),
+                mlp_norm=take(p + "post_attention_layernorm.weight", (D,))))
+        embed = take("model.embed_tokens.weight", (cfg.vocab, D))
+        final_norm = take("model.norm.weight", (D,))
         if cfg.tie_word_embeddings:
             tensors.pop("lm_head.weight", None)  # some tied checkpoints store a copy anyway
             lm_head = embed
         else:
-            lm_head = take("lm_head.weight")
+            lm_head = take("lm_head.weight", (cfg.vocab, D))
         unused = [n for n in tensors if not n.endswith("rotary_emb.inv_freq")]
         if unused:
             raise ValueError(f"checkpoint {folder} has tensors this model does not use: {sorted(unused)[:8]}")
