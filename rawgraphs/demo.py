@@ -28,18 +28,31 @@ from .runner import DEFAULT_CAPTURE_SIZES, DecodeRunner, pick_size
 NOMINAL_GBS = 4270.0  # H200 copy bandwidth measured here (read + write); used only for the GPU-less plan
 
 
+def _at_least(minimum: int):
+    """An argparse type: an int >= ``minimum``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an int") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+    return parse
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="small", help="tiny | small | 1b, or a folder with an HF Llama "
                    "config.json + *.safetensors (default: small, seeded random weights)")
     p.add_argument("--prompt-ids", default="1,10,100,200,300,400", help="comma-separated prompt token ids")
-    p.add_argument("--tokens", type=int, default=32, help="tokens to generate per sequence (default 32)")
-    p.add_argument("--batch", type=int, default=1, help="sequences decoded together (default 1)")
+    p.add_argument("--tokens", type=_at_least(1), default=32, help="tokens to generate per sequence (default 32)")
+    p.add_argument("--batch", type=_at_least(1), default=1, help="sequences decoded together (default 1)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     p.add_argument("--no-pdl", action="store_true", help="launch without programmatic dependent launch")
     p.add_argument("--update", action="store_true", help="also swap weights, KV pool and eps in place, no recapture")
-    p.add_argument("--loop", type=int, default=0, metavar="N", help="also decode N tokens in one graph launch")
-    p.add_argument("--tp", type=int, default=0, metavar="N", help="tensor parallelism: one process per GPU on N "
-                   "GPUs, NCCL all-reduces captured in each rank's graph (1: one GPU through the same path)")
+    p.add_argument("--loop", type=_at_least(0), default=0, metavar="N", help="also decode N tokens in one graph launch")
+    p.add_argument("--tp", type=_at_least(0), default=0, metavar="N", help="tensor parallelism: one process per GPU "
+                   "on N GPUs, NCCL all-reduces captured in each rank's graph (1: one GPU through the same path)")
 
 
 def load(spec: str, seed: int, with_weights: bool = True) -> tuple[ModelConfig, Weights | None]:
@@ -47,14 +60,26 @@ def load(spec: str, seed: int, with_weights: bool = True) -> tuple[ModelConfig, 
     if Path(spec).is_dir():
         cfg = ModelConfig.from_hf(spec)
         return cfg, Weights.from_hf(spec) if with_weights else None
-    cfg = ModelConfig.preset(spec)
+    try:
+        cfg = ModelConfig.preset(spec)
+    except ValueError as e:
+        raise SystemExit(f"--model {spec!r} is not a folder with an HF config.json and *.safetensors, "
+                         f"and {e}") from None
     return cfg, Weights.random(cfg, seed) if with_weights else None
 
 
 def _prompts(args, cfg) -> list[list[int]]:
-    ids = [int(t) for t in args.prompt_ids.split(",") if t.strip()]
+    try:
+        ids = [int(t) for t in args.prompt_ids.split(",") if t.strip()]
+    except ValueError:
+        ids = []
     if not ids or any(not 0 <= t < cfg.vocab for t in ids):
-        raise SystemExit(f"--prompt-ids must be token ids in [0, {cfg.vocab})")
+        raise SystemExit(f"--prompt-ids must be comma-separated token ids in [0, {cfg.vocab}), got "
+                         f"{args.prompt_ids!r}")
+    context = len(ids) + max(args.tokens, args.loop) + 1
+    if context > cfg.max_seq_len:
+        raise SystemExit(f"the prompt ({len(ids)}) and the tokens to decode ({max(args.tokens, args.loop)}) need a "
+                         f"context of {context}, past the model's max_seq_len {cfg.max_seq_len}")
     return [[(t + 7 * b) % cfg.vocab for t in ids] for b in range(args.batch)]  # a distinct prompt per row
 
 

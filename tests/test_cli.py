@@ -111,3 +111,16 @@ def test_suite_runs_scripts_in_order_passes_quick_and_counts_failures(tmp_path, 
     assert suite.run_suite(["all"], out) == 1
     assert [line.split()[0] for line in log.read_text().splitlines()] == list(suite.BENCHMARKS.values())
     assert "FAILED: graph" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--batch", "0"], "argument --batch: must be >= 1, got 0"),
+    (["--tokens", "x"], "argument --tokens: 'x' is not an int"),
+    (["--loop", "-3"], "argument --loop: must be >= 0, got -3"),
+    (["--prompt-ids", "a,b"], "--prompt-ids must be comma-separated token ids in [0, 32000), got 'a,b'"),
+    (["--model", "/no/such/folder"], "--model '/no/such/folder' is not a folder with an HF config.json"),
+    (["--model", "tiny", "--tokens", "1000"], "need a context of 1007, past the model's max_seq_len 256"),
+])
+def test_demo_refuses_bad_arguments_with_one_line_not_a_traceback(args, message):
+    rc, out = run("demo", *args)
+    assert rc != 0 and message in out and "Traceback" not in out
