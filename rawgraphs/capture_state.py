@@ -58,13 +58,13 @@ class _State(threading.local):
     def __init__(self):
         self.sessions = {}  # int(stream handle) -> open capture session (rawgraphs.capture._Session)
 
-    def refuse(self, what: str) -> None:
+    def refuse(self, what: str, instead: str = "an async copy on the capturing stream (from pinned memory) or a "
+               "memcpy node") -> None:
         """Raise CaptureError if this thread has a capture open (the capture itself stays valid)."""
         if self.depth:
             err = error_from(driver.CUresult.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
             raise CaptureError(err, "ACTIVE (rawgraphs refused the call before the driver saw it)", what,
-                               f"{what} would run immediately and NOT be recorded in the graph: use an async "
-                               "copy on the capturing stream (from pinned memory) or a memcpy node.")
+                               f"{what} would run immediately and NOT be recorded in the graph: use {instead}.")
 
     def on_launch(self, kernel, shape, args, stream) -> None:
         """Called by Kernel.launch while depth > 0: record the launch into the capture of its stream."""

@@ -100,6 +100,19 @@ def _destroy_stream(handle) -> None:
     release(driver.cuStreamDestroy, handle)
 
 
+class _ClosedStream:
+    """A closed stream's handle: the driver call it is passed to raises ClosedError when converting it, so the
+    launch hot paths (which pass ``stream.handle`` unchecked) cannot reach a destroyed or reused handle."""
+
+    def __index__(self) -> int:
+        raise ClosedError("this Stream was closed")
+
+    __int__ = __index__
+
+    def __repr__(self) -> str:
+        return "<closed stream>"
+
+
 class Stream:
     """A CUDA stream, owned (``Stream.create``) or borrowed (``Stream.borrow``) from CuPy, torch or a handle."""
 
@@ -148,6 +161,7 @@ class Stream:
         """Destroy an owned stream (idempotent); a borrowed one is left alone."""
         if self._finalizer is not None:
             self._finalizer()
+            self.handle = _ClosedStream()
 
     def __int__(self) -> int:
         return int(self.handle)

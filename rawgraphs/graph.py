@@ -179,7 +179,7 @@ class Graph:
         if element_size not in (1, 2, 4) or view.nbytes % element_size:
             raise ValueError(f"element_size must be 1, 2 or 4 and divide {view.nbytes} bytes")
         p = driver.CUDA_MEMSET_NODE_PARAMS()
-        p.dst, p.value, p.elementSize = view.ptr, value, element_size
+        p.dst, p.value, p.elementSize = int(view), value, element_size  # int(): refuses a closed buffer
         p.width, p.height, p.pitch = view.nbytes // element_size, 1, 0
         h = check(driver.cuGraphAddMemsetNode(self._live(), [d.handle for d in deps], len(deps), p,
                                               device().context), "cuGraphAddMemsetNode")
@@ -196,7 +196,7 @@ class Graph:
             ends.append((view, view.array.nbytes if host else view.nbytes))
             mt = driver.CUmemorytype
             setattr(p, f"{side}MemoryType", mt.CU_MEMORYTYPE_HOST if host else mt.CU_MEMORYTYPE_DEVICE)
-            setattr(p, f"{side}Host" if host else f"{side}Device", view.ptr)
+            setattr(p, f"{side}Host" if host else f"{side}Device", int(view))
         nbytes = ends[0][1] if nbytes is None else nbytes
         if nbytes > min(ends[0][1], ends[1][1]):
             raise ValueError(f"memcpy of {nbytes} bytes overruns src ({ends[0][1]}) or dst ({ends[1][1]})")

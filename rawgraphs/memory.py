@@ -51,7 +51,7 @@ class _Array:
         capture_state.refuse("DeviceBuffer.to_numpy (cuMemcpyDtoH)")
         out = np.empty(self.shape, self.dtype)
         if out.nbytes:
-            check(driver.cuMemcpyDtoH(out.ctypes.data, self.ptr, out.nbytes), "cuMemcpyDtoH")
+            check(driver.cuMemcpyDtoH(out.ctypes.data, int(self), out.nbytes), "cuMemcpyDtoH")
         return out
 
     def copy_from(self, host: np.ndarray, stream: Stream | None = None) -> None:
@@ -62,29 +62,31 @@ class _Array:
             raise ValueError(f"size mismatch: host array has {host.nbytes} bytes, buffer {self.nbytes}")
         if stream is None:
             capture_state.refuse("DeviceBuffer.copy_from (synchronous cuMemcpyHtoD)")
-            check(driver.cuMemcpyHtoD(self.ptr, host.ctypes.data, host.nbytes), "cuMemcpyHtoD")
+            check(driver.cuMemcpyHtoD(int(self), host.ctypes.data, host.nbytes), "cuMemcpyHtoD")
         else:
-            check(driver.cuMemcpyHtoDAsync(self.ptr, host.ctypes.data, host.nbytes, stream.handle),
+            check(driver.cuMemcpyHtoDAsync(int(self), host.ctypes.data, host.nbytes, stream.handle),
                   "cuMemcpyHtoDAsync")
 
     def upload_async(self, host: HostBuffer, nbytes: int, stream: Stream) -> None:
         """Copy the first ``nbytes`` of pinned ``host`` in, asynchronously on ``stream`` (capturable)."""
         if nbytes > min(self.nbytes, host.array.nbytes):
             raise ValueError(f"copy of {nbytes} bytes overruns the buffer or the host array")
-        check(driver.cuMemcpyHtoDAsync(self.ptr, host.ptr, nbytes, stream.handle), "cuMemcpyHtoDAsync")
+        check(driver.cuMemcpyHtoDAsync(int(self), int(host), nbytes, stream.handle), "cuMemcpyHtoDAsync")
 
     def download_async(self, host: HostBuffer, nbytes: int, stream: Stream) -> None:
         """Copy the first ``nbytes`` out to pinned ``host``, asynchronously on ``stream``."""
         if nbytes > min(self.nbytes, host.array.nbytes):
             raise ValueError(f"copy of {nbytes} bytes overruns the buffer or the host array")
-        check(driver.cuMemcpyDtoHAsync(host.ptr, self.ptr, nbytes, stream.handle), "cuMemcpyDtoHAsync")
+        check(driver.cuMemcpyDtoHAsync(int(host), int(self), nbytes, stream.handle), "cuMemcpyDtoHAsync")
 
     def fill_bytes(self, byte: int, stream: Stream | None = None) -> None:
         """Set every byte to ``byte`` (e.g. 0xFF to poison an output before a test)."""
         if stream is None:
-            check(driver.cuMemsetD8(self.ptr, byte, self.nbytes), "cuMemsetD8")
+            capture_state.refuse("DeviceBuffer.fill_bytes (synchronous cuMemsetD8)",
+                                 "fill_bytes(byte, stream) on the capturing stream or a memset node")
+            check(driver.cuMemsetD8(int(self), byte, self.nbytes), "cuMemsetD8")
         else:
-            check(driver.cuMemsetD8Async(self.ptr, byte, self.nbytes, stream.handle), "cuMemsetD8Async")
+            check(driver.cuMemsetD8Async(int(self), byte, self.nbytes, stream.handle), "cuMemsetD8Async")
 
     def zero(self, stream: Stream | None = None) -> None:
         """Set every byte to zero."""
@@ -160,6 +162,11 @@ class HostBuffer:
             self._device_ptr = int(check(driver.cuMemHostGetDevicePointer(self.ptr, 0),
                                          "cuMemHostGetDevicePointer"))
         return self._device_ptr
+
+    def __int__(self) -> int:
+        if not self._finalizer.alive:
+            raise ClosedError("this HostBuffer was closed")
+        return self.ptr
 
     def close(self) -> None:
         """Free the pinned memory (idempotent); ``array`` must not be used afterwards."""

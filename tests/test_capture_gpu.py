@@ -96,6 +96,16 @@ def test_synchronous_host_copy_is_refused_not_silently_run(axpb, stream, healthy
     still_works()
 
 
+def test_synchronous_memset_is_refused_not_silently_run(axpb, stream, healthy):
+    x, out, still_works = healthy
+    before = x.to_numpy()
+    with pytest.raises(CaptureError, match="fill_bytes.*memset node"):
+        with Graph.capture(stream):
+            x.fill_bytes(0)
+    np.testing.assert_array_equal(x.to_numpy(), before)
+    still_works()
+
+
 def test_unjoined_fork(axpb, stream, healthy):
     x, out, still_works = healthy
     side = Stream.create()

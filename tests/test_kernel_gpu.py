@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from rawgraphs import ClosedError, CudaError, DeviceBuffer, Graph, LaunchShape, Module, Stream
+from rawgraphs import ClosedError, CudaError, DeviceBuffer, Graph, HostBuffer, LaunchShape, Module, Stream
 
 pytestmark = pytest.mark.gpu
 
@@ -140,6 +140,22 @@ def test_use_after_close_is_refused(dev, stream):
     s.close()
     with pytest.raises(ClosedError):
         s.synchronize()
+    live = Module.from_file("basic").kernel("noop")
+    with pytest.raises(ClosedError, match="Stream was closed"):  # the hot path passes the handle unchecked
+        live.launch(LaunchShape(1, 1), live.args(), s)
+    g = Graph()
+    g.add_kernel(live, LaunchShape(1, 1), {})
+    with pytest.raises(ClosedError, match="Stream was closed"):
+        g.instantiate().launch(s)
+    buf, host = DeviceBuffer(4, np.float32), HostBuffer(4, np.float32)
+    buf.close()
+    host.close()
+    for use in (buf.to_numpy, lambda: buf.fill_bytes(0), lambda: buf.zero(stream),
+                lambda: buf.copy_from(np.ones(4, np.float32)), lambda: Graph().add_memset(buf, 0),
+                lambda: DeviceBuffer(4, np.float32).upload_async(host, 16, stream)):
+        with pytest.raises(ClosedError, match="was closed"):
+            use()
+    stream.synchronize()  # nothing reached the driver: the stream is fine
 
 
 SYMBOL_SRC = """

@@ -3,9 +3,12 @@ never destroyed."""
 
 from types import SimpleNamespace
 
+import pytest
 from cuda.bindings import driver
 
+from rawgraphs import context
 from rawgraphs.context import Stream
+from rawgraphs.errors import ClosedError
 
 
 def test_borrow_takes_handles_from_cupy_torch_ints_and_custreams():
@@ -27,3 +30,18 @@ def test_borrow_prefers_torch_cuda_stream_over_ptr():
 def test_legacy_is_the_legacy_default_stream_and_not_owned():
     s = Stream.legacy()
     assert int(s) == int(driver.CUstream(driver.CU_STREAM_LEGACY)) and not s.owned
+
+
+def test_a_closed_streams_handle_refuses_every_driver_call(monkeypatch):
+    """Launches pass ``stream.handle`` to the driver unchecked (the hot path); after close the handle itself raises
+    ClosedError when the binding converts it, before any driver call sees a destroyed (or reused) handle."""
+    destroyed = []
+    monkeypatch.setattr(context, "_destroy_stream", destroyed.append)
+    s = Stream(driver.CUstream(0x7F00_5678), owned=True)
+    s.close()
+    assert [int(h) for h in destroyed] == [0x7F00_5678]
+    for call in (lambda: driver.cuGraphLaunch(driver.CUgraphExec(), s.handle),
+                 lambda: driver.cuStreamSynchronize(s.handle), lambda: int(s), s.synchronize):
+        with pytest.raises(ClosedError, match="this Stream was closed"):
+            call()
+    s.close()  # idempotent
