@@ -83,6 +83,22 @@ class _ExecKernel:
         return self._params
 
 
+def _instantiate_error(err, p: driver.CUDA_GRAPH_INSTANTIATE_PARAMS, graph: Graph) -> CudaError:
+    """The driver's refusal of an instantiation, with its reason (``result_out``) and the node it names."""
+    result = p.result_out.name.removeprefix("CUDA_GRAPH_INSTANTIATE_")
+    key = int(p.hErrNode_out)
+    node = graph._by_key.get(key)
+    at = f" at node {node.name!r}" if node else f" at a node rawgraphs did not make ({key:#x})" if key else ""
+    base = error_from(err if err else driver.CUresult.CUDA_ERROR_INVALID_VALUE, "cuGraphInstantiateWithParams")
+    hints = {"CONDITIONAL_HANDLE_UNUSED": "a conditional handle was created but no conditional node uses it",
+             "MULTIPLE_CTXS_NOT_SUPPORTED": "the graph's nodes belong to more than one context",
+             "NODE_OPERATION_NOT_SUPPORTED": "a node's operation cannot be in this kind of graph (e.g. with "
+                                             "device_launch=True)",
+             "INVALID_STRUCTURE": "the graph's structure is invalid (e.g. a cycle, or graph memory freed twice)"}
+    return CudaError(base.name, base.code, f"{base.description} [instantiate result: {result}{at}]",
+                     hint=hints.get(result, base.hint), call=base.call)
+
+
 def _destroy_exec(handle) -> None:
     release(driver.cuGraphExecDestroy, handle)
 
@@ -108,17 +124,16 @@ class GraphExec:
         flags = ((F.CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH if auto_free_on_launch else 0)
                  | (F.CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH if device_launch else 0)
                  | (F.CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY if use_node_priority else 0))
-        t0 = time.perf_counter()
-        if upload_stream is None:
-            self.handle = check(driver.cuGraphInstantiate(graph._live(), int(flags)), "cuGraphInstantiate")
-        else:
-            p = driver.CUDA_GRAPH_INSTANTIATE_PARAMS()
-            p.flags = int(flags | F.CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD)
+        # WithParams, not plain cuGraphInstantiate, for its answer on failure: why, and at which node
+        p = driver.CUDA_GRAPH_INSTANTIATE_PARAMS()
+        p.flags = int(flags | (F.CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD if upload_stream is not None else 0))
+        if upload_stream is not None:
             p.hUploadStream = upload_stream.handle
-            self.handle = check(driver.cuGraphInstantiateWithParams(graph._live(), p),
-                                "cuGraphInstantiateWithParams")
-            if p.result_out != driver.CUgraphInstantiateResult.CUDA_GRAPH_INSTANTIATE_SUCCESS:
-                raise RuntimeError(f"instantiate failed: {p.result_out.name}")
+        t0 = time.perf_counter()
+        err, handle = driver.cuGraphInstantiateWithParams(graph._live(), p)
+        if err or p.result_out != driver.CUgraphInstantiateResult.CUDA_GRAPH_INSTANTIATE_SUCCESS:
+            raise _instantiate_error(err, p, graph)
+        self.handle = handle
         self.instantiate_ms = (time.perf_counter() - t0) * 1e3
         self.upload_ms: float | None = None
         self._finalizer = weakref.finalize(self, _destroy_exec, self.handle)

@@ -4,7 +4,7 @@ capture; a conditional inside a captured graph; a failed body capture leaves eve
 import numpy as np
 import pytest
 
-from rawgraphs import CaptureError, ClosedError, DeviceBuffer, Graph, LaunchShape, Module, Stream
+from rawgraphs import CaptureError, ClosedError, CudaError, DeviceBuffer, Graph, LaunchShape, Module, Stream
 from rawgraphs.conditional import add_conditional, capture_conditional, create_handle
 
 pytestmark = pytest.mark.gpu
@@ -66,6 +66,20 @@ def test_while_runs_the_body_as_often_as_device_data_says(k, stream, trips):
     stream.synchronize()
     np.testing.assert_array_equal(acc.to_numpy(), np.full(N, trips, np.float32))
     assert counter.to_numpy()[0] == 0
+
+
+def test_an_unused_handle_fails_instantiation_with_the_drivers_reason(k, stream, rng):
+    """The driver's instantiate result (not only INVALID_VALUE) reaches the error, and the graph stays buildable."""
+    x = DeviceBuffer.from_numpy(rng.standard_normal(N).astype(np.float32))
+    out = DeviceBuffer(N, np.float32)
+    g = Graph()
+    h = create_handle(g, default=1)
+    with pytest.raises(CudaError, match="instantiate result: CONDITIONAL_HANDLE_UNUSED"):
+        g.instantiate()
+    add_conditional(g, "if", handle=h).bodies[0].add_kernel(k["axpb"], ROW, axpb(k, out, x, 2.0))
+    g.instantiate().launch(stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(out.to_numpy(), np.float32(2) * x.to_numpy())
 
 
 @pytest.mark.parametrize("value", [0, 1, 2, 5, -1])

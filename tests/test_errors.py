@@ -48,3 +48,19 @@ def test_capture_and_update_errors_explain_themselves():
     assert "capture status: ACTIVE" in str(e) and "join" in e.hint
     u = GraphUpdateError("TOPOLOGY_CHANGED", "extra")
     assert u.reason == "TOPOLOGY_CHANGED" and u.node == "extra" and "at node extra" in str(u)
+
+
+def test_a_refused_instantiation_names_the_drivers_reason_and_node():
+    from types import SimpleNamespace
+
+    from rawgraphs.executable import _instantiate_error
+    p = driver.CUDA_GRAPH_INSTANTIATE_PARAMS()
+    p.result_out = driver.CUgraphInstantiateResult.CUDA_GRAPH_INSTANTIATE_CONDITIONAL_HANDLE_UNUSED
+    p.hErrNode_out = driver.CUgraphNode(0x1234)
+    graph = SimpleNamespace(_by_key={0x1234: SimpleNamespace(name="loop")})
+    e = _instantiate_error(driver.CUresult.CUDA_ERROR_INVALID_VALUE, p, graph)
+    assert e.name == "CUDA_ERROR_INVALID_VALUE" and e.call == "cuGraphInstantiateWithParams"
+    assert "[instantiate result: CONDITIONAL_HANDLE_UNUSED at node 'loop']" in str(e)
+    assert "no conditional node uses it" in e.hint
+    p.hErrNode_out = driver.CUgraphNode(0x99)  # a node the graph does not know (made outside rawgraphs)
+    assert "at a node rawgraphs did not make (0x99)" in str(_instantiate_error(0, p, graph))
