@@ -320,6 +320,7 @@ class GraphExec:
             raise GraphUpdateError(reason, bad.name if bad else (hex(info.errorNode) if info.errorNode else None))
         # the driver paired nodes by topology; our records pair in the same order (the copies pin what they point at)
         self._set_records(zip(old, new))
+        self._params_from = graph  # pins what its other nodes (memcpy, memset, events, children) now point at
 
     def describe(self) -> list[dict]:
         """The executable's kernel nodes with their current launch shapes and argument values."""

@@ -192,6 +192,30 @@ def test_update_from_graph_with_new_arguments(k, bufs, stream):
     assert exe.args_of("a")["a"] == -4.0
 
 
+def test_update_pins_what_the_new_graphs_other_nodes_point_at(stream, rng):
+    """After update(graph), a memcpy node reads the new graph's host buffer: the executable must keep it alive."""
+    dst = DeviceBuffer(N, np.float32)
+
+    def copy_graph(values):
+        host = HostBuffer(N, np.float32)
+        host.array[:] = values
+        g = Graph()
+        g.add_memcpy(dst, host)
+        return g, weakref.ref(host)
+
+    first = rng.standard_normal(N).astype(np.float32)
+    second = rng.standard_normal(N).astype(np.float32)
+    exe = copy_graph(first)[0].instantiate()
+    g2, host2 = copy_graph(second)
+    exe.update(g2)
+    del g2
+    gc.collect()
+    assert host2() is not None
+    exe.launch(stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(dst.to_numpy(), second)
+
+
 def test_update_refused_for_topology_change_names_reason_and_node(k, bufs, stream):
     exe = diamond_explicit(k, bufs).instantiate()
     g2 = diamond_explicit(k, bufs)
