@@ -7,7 +7,9 @@ Anything with ``__cuda_array_interface__`` (CuPy arrays, torch CUDA tensors) can
 from __future__ import annotations
 
 import math
+import operator
 import weakref
+from collections.abc import Iterable
 
 import numpy as np
 from cuda.bindings import driver
@@ -23,7 +25,12 @@ __all__ = ["DeviceBuffer", "HostBuffer", "DeviceView", "as_view"]
 
 
 def _typed(shape, dtype) -> tuple[tuple[int, ...], np.dtype, int]:
-    shape = (shape,) if isinstance(shape, int) else tuple(int(s) for s in shape)
+    try:
+        shape = (operator.index(shape),) if not isinstance(shape, Iterable) else tuple(map(operator.index, shape))
+    except TypeError:
+        raise TypeError(f"a shape is an int or a sequence of ints, got {shape!r}") from None
+    if any(s < 0 for s in shape):
+        raise ValueError(f"a shape's sizes must be >= 0, got {shape}")
     dtype = np.dtype(dtype)
     return shape, dtype, math.prod(shape) * dtype.itemsize
 

@@ -105,6 +105,14 @@ def test_non_contiguous_views_are_refused():
         as_view(Strided())
 
 
+@pytest.mark.parametrize("shape, exc, msg", [((-4, -2), ValueError, ">= 0"), ((4.7,), TypeError, "sequence of ints"),
+                                             (4.0, TypeError, "an int or"), ((2, None), TypeError, "an int or")])
+def test_bad_shapes_are_refused_not_truncated(shape, exc, msg):
+    with pytest.raises(exc, match=msg):
+        DeviceView(0x1000, shape, np.float32)
+    assert DeviceView(0x1000, (np.int64(2), 3), np.float32).nbytes == 24
+
+
 @pytest.mark.parametrize("kwargs, exc, msg", [
     (dict(n=1), TypeError, "missing argument"),
     (dict(x=1, n=1, big=1, eps=1.0, seed=1, d=1.0, u=1, out=1, extra=2), TypeError, "no argument 'extra'"),
