@@ -2,6 +2,7 @@
 late joins, padding rows, finished rows going inactive, and block tables that grow with the context."""
 
 import numpy as np
+import pytest
 
 from rawgraphs.model import ModelConfig, ReferenceModel, Weights
 from rawgraphs.model.generate import generate
@@ -50,3 +51,16 @@ def test_block_tables_grow_every_16_tokens(rng):
         n = -(-(int(positions[0]) + 1) // 16)  # blocks that hold the context after this step's append
         np.testing.assert_array_equal(tables[0, :n], np.arange(n))
         assert (tables[0, n:] == 0).all()
+
+
+def test_bad_starts_and_prompts_are_refused(rng):
+    cfg, w = setup()
+    ref = Reference(cfg, w)
+    prompts = [list(rng.integers(1, cfg.vocab, 3)) for _ in range(2)]
+    for starts in ([0], [0, -2], [0, 1.5], [0, 1, 2]):  # too few (a row was dropped), negative, not an int, too many
+        with pytest.raises(ValueError, match="starts must be 2 ints >= 0"):
+            generate(ref, prompts, 4, starts=starts, step=ref.step)
+    with pytest.raises(ValueError, match="nothing to decode"):
+        generate(ref, [None, None], 4, step=ref.step)
+    assert ref.seen == []  # refused before any step
+    assert len(generate(ref, prompts, 2, starts=np.array([0, 1]), step=ref.step).tokens[1]) == 2

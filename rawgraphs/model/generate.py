@@ -7,6 +7,7 @@ lengths share one batch and one graph.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -73,7 +74,14 @@ def generate(model: DecodeModel, prompts: list[list[int] | None], n_new: int, st
     B = len(prompts)
     if any(p is not None and len(p) == 0 for p in prompts) or n_new < 1:
         raise ValueError("every prompt needs at least one token and n_new must be >= 1")
-    starts = list(starts or [0] * B)
+    if all(p is None for p in prompts):
+        raise ValueError("every prompt is None (padding): there is nothing to decode")
+    try:
+        starts = [0] * B if starts is None else [operator.index(s) for s in starts]
+    except TypeError:
+        starts = None
+    if starts is None or len(starts) != B or min(starts, default=0) < 0:
+        raise ValueError(f"starts must be {B} ints >= 0, the step at which each row joins")
     step = step or model_step(model, B, stream, mode)
     alloc = BlockAllocator(model.num_blocks, seed)
     blocks: list[list[int]] = [[] for _ in range(B)]
