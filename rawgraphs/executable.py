@@ -214,6 +214,8 @@ class GraphExec:
     def _batch(self, nodes, caller: str) -> Batch | None:
         """The :class:`Batch` of ``nodes`` (nodes or names of one signature; None if empty), resolved once and
         kept while the records last: a repeated update of the same nodes skips resolving them."""
+        if isinstance(nodes, (str, Node)):
+            raise TypeError(f"{caller} takes a list of kernel nodes or node names; for one node use set_args")
         key = tuple(nodes)
         try:
             batch = self._batches.get(key)

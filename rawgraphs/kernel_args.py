@@ -88,6 +88,7 @@ class KernelArgs:
         self.set(**{name: value})
 
     def __getitem__(self, name: str):
+        self._field(name)  # an unknown name says which exist
         return self._values[name]
 
     def values(self) -> dict:
@@ -96,12 +97,20 @@ class KernelArgs:
 
     def offset(self, name: str) -> int:
         """Byte offset of ``name`` in the kernel's parameter buffer (what device-side node updates address)."""
-        return self._layout.fields[name][2]
+        return self._field(name)[2]
 
     def raw(self, name: str):
         """The value stored in the block for ``name`` (a pointer as an int), read back from the bytes."""
-        _, fmt, off = self._layout.fields[name]
+        _, fmt, off = self._field(name)
         return struct.unpack_from(fmt, self._buf, off)[0]
+
+    def _field(self, name: str) -> tuple:
+        """(type, format, offset) of ``name``, or a KeyError that lists the kernel's arguments."""
+        try:
+            return self._layout.fields[name]
+        except KeyError:
+            raise KeyError(f"{self.signature.name or 'kernel'}() has no argument {name!r}; its arguments are "
+                           f"{', '.join(self.signature.names)}") from None
 
     @staticmethod
     def layout(signature: Signature) -> tuple[int, tuple[int, ...]]:

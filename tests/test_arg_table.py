@@ -151,6 +151,15 @@ def test_refused_set_args_leaves_the_node_as_it_was(exe_of):
     assert fields(exe, nodes[0]) == dict(before, a=9.0, x=0x7000)
 
 
+def test_one_node_or_name_given_to_set_args_many_is_refused(exe_of):
+    nodes = make_nodes(["axpb"] * 2)
+    exe, rec = exe_of(nodes)
+    for one in (nodes[0], "axpb0"):  # a name must not be read as a list of one-letter names
+        with pytest.raises(TypeError, match="a list of kernel nodes or node names; for one node use set_args"):
+            exe.set_args_many(one, a=1.0)
+    assert rec.calls == []
+
+
 def test_bad_batches_are_refused_before_any_byte_changes(exe_of):
     nodes = make_nodes(["axpb", "scale"])
     exe, rec = exe_of(nodes)

@@ -165,6 +165,10 @@ def test_signature_text_round_trip_and_stated_signature():
     s = Signature.parse("k(x: ptr, n: i32)")
     assert s.name == "k" and s.params == (Param("x", "ptr"), Param("n", "i32"))
     assert str(s) == "k(x: ptr, n: i32)"
+    a = KernelArgs(s, x=1, n=2)
+    for read in (lambda: a["zz"], lambda: a.offset("zz"), lambda: a.raw("zz")):
+        with pytest.raises(KeyError, match=r"k\(\) has no argument 'zz'; its arguments are x, n"):
+            read()
     bare = Signature.parse(" x: ptr,n:i32 ")  # the form Module.kernel(expect=) documents: no name
     assert bare.name == "" and bare.params == s.params
     assert Signature.parse("k()").params == Signature.parse("").params == ()
