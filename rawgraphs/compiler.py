@@ -125,8 +125,11 @@ def compile_source(source: str, name: str = "kernel.cu", arch: str | None = None
     Raises :class:`CompileError` with the NVRTC log, file name and line on failure.
     """
     arch = arch or default_arch()
-    if not arch.startswith("sm_") or not arch[3:].isdigit():
-        raise ValueError(f"arch must look like 'sm_90', got {arch!r}")
+    if not re.fullmatch(r"sm_\d+[af]?", arch):
+        raise ValueError(f"arch must look like 'sm_90' (or 'sm_90a', 'sm_100f'), got {arch!r}")
+    # one option or name as a plain string: not a sequence of one-letter options
+    options = (options,) if isinstance(options, str) else tuple(options)
+    name_expressions = (name_expressions,) if isinstance(name_expressions, str) else name_expressions
     headers = dict(headers or {})
     opts = (f"--gpu-architecture={arch}", *DEFAULT_OPTIONS, *options,
             *(f"--include-path={d}" for d in _include_dirs()))

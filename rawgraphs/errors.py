@@ -106,13 +106,15 @@ class CompileError(RuntimeError):
     filename : str
         The source's name as given to NVRTC.
     line : int or None
-        The first line the log reports an error on.
+        The first line the log reports an error on, in ``error_file``.
+    error_file : str
+        The file of that line: ``filename`` or a header it includes.
     """
 
     def __init__(self, filename: str, log: str, options: tuple[str, ...] = ()):
         self.filename, self.log, self.options = filename, log, tuple(options)
-        self.line = _first_error_line(filename, log)
-        where = f"{filename}:{self.line}" if self.line else filename
+        self.error_file, self.line = _first_error(filename, log)
+        where = f"{self.error_file}:{self.line}" if self.line else filename
         super().__init__(f"NVRTC failed to compile {where}\n{log.strip()}\n  options: {' '.join(options)}")
 
 
@@ -135,10 +137,14 @@ class GraphUpdateError(CudaError):
         super().__init__("CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE", 910, desc, call="cuGraphExecUpdate")
 
 
-def _first_error_line(filename: str, log: str) -> int | None:
+def _first_error(filename: str, log: str) -> tuple[str, int | None]:
+    """(file, line) of the log's first error: the source's own, else the first in any file (a header)."""
     import re
-    m = re.search(re.escape(filename) + r"\((\d+)\): (?:catastrophic )?error", log)
-    return int(m.group(1)) if m else None
+    for name in (re.escape(filename), r"[^\s()]+"):
+        m = re.search(rf"^({name})\((\d+)\): (?:catastrophic )?error", log, re.M)
+        if m:
+            return m.group(1), int(m.group(2))
+    return filename, None
 
 
 def _describe(err) -> tuple[str, int, str]:

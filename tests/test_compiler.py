@@ -76,6 +76,25 @@ def test_compile_error_shows_log_file_and_line():
     assert "broken.cu:3" in str(e)
 
 
+def test_an_error_in_a_header_names_the_header_and_its_line():
+    src = '#include "h.cuh"\nextern "C" __global__ void k(float* o) { o[0] = f(); }'
+    with pytest.raises(CompileError) as ei:
+        compile_source(src, "k.cu", arch="sm_90", headers={"h.cuh": "__device__ float f() {\n  return oops;\n}"},
+                       use_cache=False)
+    assert (ei.value.error_file, ei.value.line) == ("h.cuh", 2) and "h.cuh:2" in str(ei.value)
+
+
+def test_one_option_or_name_expression_may_be_a_plain_string():
+    src = ('template <int N> __global__ void fill(float* o) { o[threadIdx.x] = N * SCALE; }\n')
+    prog = compile_source(src, "s.cu", arch="sm_90", options="-DSCALE=2", name_expressions="fill<4>")
+    assert "-DSCALE=2" in prog.options and set(prog.lowered) == {"fill<4>"}
+
+
+def test_arch_suffixes_nvrtc_accepts():
+    prog = compile_source('extern "C" __global__ void k(float* o) { o[0] = 1.f; }', "a.cu", arch="sm_90a")
+    assert prog.arch == "sm_90a" and prog.cubin
+
+
 def test_templated_kernel_lowered_names():
     src = ('template <int N> __global__ void fill(float* o) { o[threadIdx.x] = N; }\n'
            'template __global__ void fill<4>(float*);')
