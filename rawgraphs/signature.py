@@ -44,6 +44,7 @@ class Signature:
     name: str
     params: tuple[Param, ...]
     template: bool = False
+    error: str | None = None  # why rawgraphs cannot launch it (a parameter type it cannot pass), if it cannot
 
     @classmethod
     def parse(cls, text: str) -> Signature:
@@ -67,6 +68,7 @@ class Signature:
 
 
 def _c_param(decl: str, kernel: str) -> Param:
+    decl = decl.split("=")[0]  # a default value: the host passes every argument anyway
     decl = re.sub(r"\b(const|volatile|__restrict__|__restrict|__grid_constant__)\b", " ", decl).strip()
     m = re.fullmatch(r"(.*?)\s*([*&]*)\s*(\w+)", decl, re.S)
     if not m:
@@ -91,7 +93,10 @@ def parse_signatures(source: str) -> dict[str, Signature]:
                          r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(([^)]*)\)", text):
         name, body = m.group(2), m.group(3).strip()
         decls = [] if body in ("", "void") else [d for d in body.split(",")]
-        sigs[name] = Signature(name, tuple(_c_param(d, name) for d in decls), bool(m.group(1)))
+        try:
+            sigs[name] = Signature(name, tuple(_c_param(d, name) for d in decls), bool(m.group(1)))
+        except ValueError as e:  # refused when asked for, not for the whole source: other kernels stay usable
+            sigs[name] = Signature(name, (), bool(m.group(1)), error=str(e))
     return sigs
 
 
@@ -103,6 +108,8 @@ def resolve(signatures: dict[str, Signature], compiled, name: str) -> Signature:
     sig = signatures.get(base)
     if sig is None:
         raise KeyError(f"no kernel {name!r}; the source has {sorted(signatures)}")
+    if sig.error:
+        raise ValueError(sig.error)
     if not sig.template:
         if name != base:
             raise KeyError(f"{name!r}: {base} is not a template kernel; launch it as {base!r}")
@@ -117,6 +124,6 @@ def resolve(signatures: dict[str, Signature], compiled, name: str) -> Signature:
 def launchable(signatures: dict[str, Signature], name_expressions=()) -> dict[str, Signature]:
     """What a module of these kernels compiled with ``name_expressions`` can launch, by name: each plain kernel
     and each template instantiation (:func:`resolve`); not a bare template."""
-    out = {n: s for n, s in signatures.items() if not s.template}
+    out = {n: s for n, s in signatures.items() if not s.template and not s.error}
     out.update({e: resolve(signatures, name_expressions, e) for e in name_expressions})
     return out

@@ -9,7 +9,7 @@ import pytest
 from rawgraphs.kernel import LaunchShape
 from rawgraphs.kernel_args import KernelArgs
 from rawgraphs.memory import DeviceView, as_view
-from rawgraphs.signature import Param, Signature, parse_signatures
+from rawgraphs.signature import Param, Signature, launchable, parse_signatures, resolve
 
 SRC = """
 // a comment with __global__ void fake(int x) inside must be ignored
@@ -32,11 +32,15 @@ def test_signatures_are_read_from_source():
     assert sigs["none"].params == ()
 
 
-def test_unsupported_parameter_type_is_a_clear_error():
-    with pytest.raises(ValueError, match="unsupported type 'short'"):
-        parse_signatures('extern "C" __global__ void k(short s) {}')
-    with pytest.raises(ValueError, match="reference"):
-        parse_signatures('extern "C" __global__ void k(int& s) {}')
+def test_unsupported_parameter_type_is_a_clear_error_for_that_kernel_only():
+    sigs = parse_signatures('extern "C" __global__ void k(short s) {}\n'
+                            'extern "C" __global__ void r(int& s) {}\n'
+                            'extern "C" __global__ void ok(float* y, int n = 3) {}')
+    assert sigs["ok"].params == (Param("y", "ptr"), Param("n", "i32"))  # a default value is not the name
+    assert set(launchable(sigs)) == {"ok"}
+    for name, msg in (("k", "parameter 's' has unsupported type 'short'"), ("r", "reference parameter 's'")):
+        with pytest.raises(ValueError, match=msg):
+            resolve(sigs, (), name)
 
 
 def test_block_layout_is_natural_alignment_and_little_endian():
