@@ -14,7 +14,7 @@ from cuda.bindings import driver
 
 from .capture_state import capture_closed, capture_opened, state
 from .context import Stream
-from .errors import CaptureError, CudaError, check, error_from
+from .errors import CaptureError, ClosedError, CudaError, check, error_from
 from .graph import Graph, Node
 
 __all__ = ["capture", "capture_status"]
@@ -26,9 +26,12 @@ _MODES = {
 }
 
 
-def capture_status(stream: Stream) -> str:
-    """``NONE``, ``ACTIVE`` or ``INVALIDATED`` for ``stream`` (never raises)."""
-    err, status = driver.cuStreamIsCapturing(stream.handle)
+def capture_status(stream: Stream | driver.CUstream) -> str:
+    """``NONE``, ``ACTIVE`` or ``INVALIDATED`` for ``stream`` (a Stream or a raw handle; never raises)."""
+    try:
+        err, status = driver.cuStreamIsCapturing(stream.handle if isinstance(stream, Stream) else stream)
+    except ClosedError:
+        return "unknown (the Stream was closed)"
     if err:
         return f"unknown ({error_from(err).name})"
     return status.name.removeprefix("CU_STREAM_CAPTURE_STATUS_")
@@ -91,7 +94,10 @@ class capture:
         self.graph: Graph | None = None
 
     def __enter__(self) -> Graph:
-        s, mode = self.stream.handle, _MODES[self.mode]
+        # the raw handle, kept for __exit__: a Stream closed inside the block has a handle that refuses every call,
+        # but its destroy waits for the capture's end, so the raw handle still ends the capture
+        s = self._handle = self.stream.handle
+        mode = _MODES[self.mode]
         capture_opened()  # before Begin: from here on, destructors run by the GC wait for the end
         try:
             if self.into is None:
@@ -120,9 +126,11 @@ class capture:
         state.depth -= 1
         for key in [k for k, s in state.sessions.items() if s.graph is self.graph]:
             del state.sessions[key]
-        status = capture_status(self.stream)
-        err, handle = driver.cuStreamEndCapture(self.stream.handle)  # always end: the stream is usable afterwards
-        capture_closed()
+        status = capture_status(self._handle)
+        try:
+            err, handle = driver.cuStreamEndCapture(self._handle)  # always end: the stream is usable afterwards
+        finally:
+            capture_closed()
         if self.into is None and handle is not None and int(handle):
             self.graph._adopt()  # ownership passes to us now (a NULL graph means the driver discarded it)
         if exc is None and not err:

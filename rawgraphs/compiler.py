@@ -127,9 +127,7 @@ def compile_source(source: str, name: str = "kernel.cu", arch: str | None = None
     arch = arch or default_arch()
     if not re.fullmatch(r"sm_\d+[af]?", arch):
         raise ValueError(f"arch must look like 'sm_90' (or 'sm_90a', 'sm_100f'), got {arch!r}")
-    # one option or name as a plain string: not a sequence of one-letter options
-    options = (options,) if isinstance(options, str) else tuple(options)
-    name_expressions = (name_expressions,) if isinstance(name_expressions, str) else name_expressions
+    options, name_expressions = _strings(options), _strings(name_expressions)
     headers = dict(headers or {})
     opts = (f"--gpu-architecture={arch}", *DEFAULT_OPTIONS, *options,
             *(f"--include-path={d}" for d in _include_dirs()))
@@ -160,6 +158,11 @@ def compile_source(source: str, name: str = "kernel.cu", arch: str | None = None
         except OSError:
             pass  # a read-only home is no reason to fail a compile
     return Program(name, arch, cubin, opts, lowered, ms, False, log)
+
+
+def _strings(value) -> tuple[str, ...]:
+    """One option (or name expression) given as a plain string is one, not a sequence of one-letter ones."""
+    return (value,) if isinstance(value, str) else tuple(value)
 
 
 def compile_file(path: str | os.PathLike, arch: str | None = None, options: tuple[str, ...] = (),
@@ -195,5 +198,5 @@ def resource_usage(path: str | os.PathLike, arch: str = "sm_90", options: tuple[
     (``--ptxas-options=-v``, its log cached with the cubin; no GPU needed), keyed by kernel name, or for a
     template's instantiation by its name expression. What occupancy a kernel can have beside another follows
     from these."""
-    prog = compile_file(path, arch, (*options, "--ptxas-options=-v"), name_expressions)
+    prog = compile_file(path, arch, (*_strings(options), "--ptxas-options=-v"), name_expressions)
     return {k: (v["regs"], v["static smem"]) for k, v in ptxas_report(prog).items()}

@@ -87,9 +87,11 @@ def _instantiate_error(err, p: driver.CUDA_GRAPH_INSTANTIATE_PARAMS, graph: Grap
     """The driver's refusal of an instantiation, with its reason (``result_out``) and the node it names."""
     result = p.result_out.name.removeprefix("CUDA_GRAPH_INSTANTIATE_")
     key = int(p.hErrNode_out)
-    node = graph._by_key.get(key)
+    node = _find_node(graph, key)
     at = f" at node {node.name!r}" if node else f" at a node rawgraphs did not make ({key:#x})" if key else ""
     base = error_from(err if err else driver.CUresult.CUDA_ERROR_INVALID_VALUE, "cuGraphInstantiateWithParams")
+    if result == "SUCCESS":  # refused before the driver looked at the nodes
+        return CudaError(base.name, base.code, base.description, call=base.call)
     hints = {"CONDITIONAL_HANDLE_UNUSED": "a conditional handle was created but no conditional node uses it",
              "MULTIPLE_CTXS_NOT_SUPPORTED": "the graph's nodes belong to more than one context",
              "NODE_OPERATION_NOT_SUPPORTED": "a node's operation cannot be in this kind of graph (e.g. with "
@@ -97,6 +99,15 @@ def _instantiate_error(err, p: driver.CUDA_GRAPH_INSTANTIATE_PARAMS, graph: Grap
              "INVALID_STRUCTURE": "the graph's structure is invalid (e.g. a cycle, or graph memory freed twice)"}
     return CudaError(base.name, base.code, f"{base.description} [instantiate result: {result}{at}]",
                      hint=hints.get(result, base.hint), call=base.call)
+
+
+def _find_node(graph: Graph, key: int) -> Node | None:
+    """The node of ``graph`` or of a graph it holds (a conditional body, a child) whose handle is ``key``."""
+    node = graph._by_key.get(key)
+    if node is None and key:
+        held = (g for n in graph.nodes for g in n.pins if isinstance(g, Graph))
+        node = next((found for g in held if (found := _find_node(g, key)) is not None), None)
+    return node
 
 
 def _destroy_exec(handle) -> None:

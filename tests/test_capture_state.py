@@ -56,3 +56,31 @@ def test_a_capture_that_cannot_start_leaves_no_open_count():
     calls = []
     release(calls.append, "freed")
     assert calls == ["freed"]
+
+
+def test_a_stream_closed_inside_its_capture_still_ends_it(monkeypatch):
+    """``s.close()`` inside ``with Graph.capture(s)``: the stream's handle then refuses every call, yet the capture
+    must end (through the raw handle kept at the start), close its open count, and only then destroy the stream."""
+    from cuda.bindings import driver
+
+    from rawgraphs import context
+
+    cap = sys.modules["rawgraphs.capture"]
+    ok, active = driver.CUresult.CUDA_SUCCESS, driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE
+    ended = []
+    monkeypatch.setattr(cap, "driver", SimpleNamespace(  # the calls a capture into a graph makes, on raw handles
+        cuGraphGetNodes=lambda g, n: (ok, [], 0),
+        cuStreamBeginCaptureToGraph=lambda s, g, deps, data, n, mode: (int(s), (ok,))[1],
+        cuStreamGetCaptureInfo=lambda s: (int(s), (ok, active, 7, None, [], 0))[1],
+        cuStreamIsCapturing=lambda s: (int(s), (ok, active))[1],
+        cuStreamEndCapture=lambda s: (ended.append(int(s)), (ok, None))[1]))
+    destroyed = []
+    monkeypatch.setattr(context, "_destroy_stream", lambda h: release(destroyed.append, int(h)))
+    s = context.Stream(driver.CUstream(0x1234), owned=True)
+    with cap.capture(s, into=SimpleNamespace(nodes=[], _live=lambda: 1, handle=1, parent=None)):
+        s.close()
+        assert destroyed == []  # held back while the capture is open
+    assert ended == [0x1234] and destroyed == [0x1234] and state.depth == 0
+    calls = []
+    release(calls.append, "freed")
+    assert calls == ["freed"]

@@ -74,8 +74,12 @@ def test_an_unused_handle_fails_instantiation_with_the_drivers_reason(k, stream,
     out = DeviceBuffer(N, np.float32)
     g = Graph()
     h = create_handle(g, default=1)
-    with pytest.raises(CudaError, match="instantiate result: CONDITIONAL_HANDLE_UNUSED"):
-        g.instantiate()
+    try:
+        g.instantiate().close()
+    except CudaError as e:
+        assert "instantiate result: CONDITIONAL_HANDLE_UNUSED" in str(e)
+    else:  # the driver documents only that an unused handle "may" fail instantiation
+        pytest.skip("this driver instantiates a graph with an unused conditional handle")
     add_conditional(g, "if", handle=h).bodies[0].add_kernel(k["axpb"], ROW, axpb(k, out, x, 2.0))
     g.instantiate().launch(stream)
     stream.synchronize()

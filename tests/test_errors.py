@@ -54,13 +54,20 @@ def test_a_refused_instantiation_names_the_drivers_reason_and_node():
     from types import SimpleNamespace
 
     from rawgraphs.executable import _instantiate_error
+    from rawgraphs.graph import Graph
     p = driver.CUDA_GRAPH_INSTANTIATE_PARAMS()
     p.result_out = driver.CUgraphInstantiateResult.CUDA_GRAPH_INSTANTIATE_CONDITIONAL_HANDLE_UNUSED
     p.hErrNode_out = driver.CUgraphNode(0x1234)
-    graph = SimpleNamespace(_by_key={0x1234: SimpleNamespace(name="loop")})
+    graph = SimpleNamespace(_by_key={0x1234: SimpleNamespace(name="loop")}, nodes=[])
     e = _instantiate_error(driver.CUresult.CUDA_ERROR_INVALID_VALUE, p, graph)
     assert e.name == "CUDA_ERROR_INVALID_VALUE" and e.call == "cuGraphInstantiateWithParams"
     assert "[instantiate result: CONDITIONAL_HANDLE_UNUSED at node 'loop']" in str(e)
     assert "no conditional node uses it" in e.hint
     p.hErrNode_out = driver.CUgraphNode(0x99)  # a node the graph does not know (made outside rawgraphs)
     assert "at a node rawgraphs did not make (0x99)" in str(_instantiate_error(0, p, graph))
+    body = Graph.__new__(Graph)  # a conditional body the graph's node pins: its nodes are found too
+    body._by_key, body.nodes = {0x99: SimpleNamespace(name="step", pins=())}, []
+    graph.nodes = [SimpleNamespace(name="loop", pins=(body,))]
+    assert "at node 'step'" in str(_instantiate_error(0, p, graph))
+    p.result_out = driver.CUgraphInstantiateResult.CUDA_GRAPH_INSTANTIATE_SUCCESS  # refused before the nodes
+    assert "instantiate result" not in str(_instantiate_error(driver.CUresult.CUDA_ERROR_INVALID_VALUE, p, graph))
