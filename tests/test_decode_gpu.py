@@ -48,6 +48,29 @@ def test_tiny_model_matches_float64_reference_for_64_steps(stream, rng, B):
     assert worst < LOGIT_TOL, f"worst relative logit error {worst:.3g}"
 
 
+# Shapes of real Llama-family checkpoints, cut to 2 layers and a 4096-token vocabulary: SmolLM-135M (D 576, 9 heads on
+# 3 KV heads, tied head), TinyLlama-1.1B's 8 query heads per KV head, Llama-3's head dim 128 with 4 per KV head.
+HF_SHAPES = {"smollm": dict(dim=576, n_heads=9, n_kv_heads=3, ffn_dim=1536, tie_word_embeddings=True),
+             "tinyllama": dict(dim=512, n_heads=8, n_kv_heads=1, ffn_dim=1408),
+             "llama3": dict(dim=1024, n_heads=8, n_kv_heads=2, ffn_dim=2816, rope_theta=500000.0)}
+
+
+@pytest.mark.parametrize("B", [1, 2, 8])  # gemv, gemv_rows, gemv_mma
+@pytest.mark.parametrize("shape", sorted(HF_SHAPES))
+def test_checkpoint_shapes_match_float64_reference(stream, rng, shape, B):
+    cfg = ModelConfig(n_layers=2, vocab=4096, max_seq_len=512, **HF_SHAPES[shape])
+    w = Weights.random(cfg, seed=17)
+    model = DecodeModel(cfg, w, max_batch=B)
+    prompts, starts = prompts_for(cfg, rng, B), [int(s) for s in rng.integers(0, 3, size=B)]
+    gpu = generate(model, prompts, 16, stream, starts=starts, keep_logits=True)
+    ref = ReferenceStepper(cfg, w, model.num_blocks, model.max_blocks)
+    want = generate(ref, prompts, 16, starts=starts, keep_logits=True, step=ref.step)
+    assert gpu.tokens == want.tokens
+    for step, (g, r) in enumerate(zip(gpu.logits, want.logits)):
+        active = [b for b in range(B) if step >= starts[b]]
+        assert np.abs(g[active] - r[active]).max() / np.abs(r[active]).max() < LOGIT_TOL, step
+
+
 @pytest.mark.parametrize("preset, B, n_new, pdl", [("tiny", 3, 24, True), ("tiny", 20, 6, True),
                                                    ("small", 5, 6, True), ("small", 5, 6, False)])
 def test_eager_captured_and_explicit_are_bit_identical(stream, rng, preset, B, n_new, pdl):
