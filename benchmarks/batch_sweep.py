@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     params = {"models": list(models), "batches": Bs, "context": CONTEXT, "quick": opts.quick,
               "timer": "CUDA events over back-to-back steps (eager: launch gaps included), median"}
-    write_result("batch_sweep", opts.out, params, rows, notes)
+    write_result("batch_sweep", opts.out, params, rows, notes, checks)
     plot(lambda: plot_lines(opts.out / "batch_sweep.png", Bs, series, logx=True,
                             title=f"graph speedup over eager, context {CONTEXT} ({device().name})",
                             xlabel="batch size", ylabel="eager ms / graph ms"))

@@ -116,12 +116,21 @@ class Checks:
 
     def __init__(self):
         self.failed: list[str] = []
+        self.passed = 0
 
     def __call__(self, ok: bool, what: str) -> bool:
         print(("check ok: " if ok else "CHECK FAILED: ") + what, flush=True)
-        if not ok:
+        if ok:
+            self.passed += 1
+        else:
             self.failed.append(what)
         return ok
+
+    def notes(self) -> list[str]:
+        """What the JSON and summary.md say of the self-checks: every failure, or that all passed."""
+        if self.failed:
+            return [f"self-check FAILED (numbers may be wrong): {what}" for what in self.failed]
+        return ["self-checks: none failed" + (f" ({self.passed} passed)" if self.passed else "")]
 
 
 def check_same_step(checks: Checks, label: str, a: tuple[np.ndarray, np.ndarray],
@@ -133,14 +142,24 @@ def check_same_step(checks: Checks, label: str, a: tuple[np.ndarray, np.ndarray]
     return checks(same, f"{label}: tokens and logits bit-identical and finite (max |diff| {diff:g})")
 
 
+def poison_step(model: DecodeModel, stream: Stream) -> None:
+    """NaN logits and token -1 on ``stream``: what the next step reads back must be its own, so a graph that ran
+    nothing cannot pass a comparison with the step before it."""
+    model.logits.fill_bytes(0xFF, stream)
+    model.next_tokens.fill_bytes(0xFF, stream)
+
+
 def read_step(model: DecodeModel, B: int, stream: Stream) -> tuple[np.ndarray, np.ndarray]:
     """(tokens [B], logits [B, V]) of the last step (waits for the stream)."""
     tokens = model.read_tokens(B, stream)
     return tokens, model.read_logits(B).copy()
 
 
-def write_result(name: str, out: Path, params: dict, rows: list[dict], notes: list[str]) -> Path:
-    """Write ``out/name.json`` (BenchResult with run metadata) and print where."""
+def write_result(name: str, out: Path, params: dict, rows: list[dict], notes: list[str],
+                 checks: Checks | None = None) -> Path:
+    """Write ``out/name.json`` (BenchResult with run metadata; with ``checks``, their outcome among the notes) and
+    print where."""
+    notes = notes + (checks.notes() if checks is not None else [])
     path = BenchResult(name, collect_metadata(), params, rows, notes).write_json(Path(out) / f"{name}.json")
     print(f"wrote {path}")
     return path
@@ -173,6 +192,7 @@ def eager_vs_graph(model: DecodeModel, B: int, inputs: tuple, stream: Stream, qu
     graph = model.capture(B, stream)
     exe = graph.instantiate()
     exe.upload(stream)
+    poison_step(model, stream)
     exe.launch(stream)
     check_same_step(checks, f"{label} graph vs eager", eager_out, read_step(model, B, stream))
     eager = time_ms(lambda: model.run_eager(B, stream), stream, quick)

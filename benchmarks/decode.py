@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     params = {"models": list(MODELS), "batches": Bs, "context": CONTEXT, "copy_gbs": gbs, "quick": opts.quick,
               "timer": "CUDA events over back-to-back steps (eager: launch gaps included), median"}
-    write_result("decode", opts.out, params, rows, notes)
+    write_result("decode", opts.out, params, rows, notes, checks)
     print(f"total {time.perf_counter() - t_start:.1f} s")
     return finish(checks)
 

@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
                         "loop's contexts; one replay: one launch queued behind the blocker there; host: perf_counter "
                         "around set_inputs + launches / N; process CPU: "
                         "time.process_time around the run / N"}
-    write_result("device_loop", opts.out, params, rows, notes)
+    write_result("device_loop", opts.out, params, rows, notes, checks)
     series = {f"{m} {meth}": [r["host enqueue us/token"] for r in table
                               if r["model"] == m and r["batch"] == 1 and r["method"] == meth]
               for m in models for meth in ("(a) loop", "(b) replay", "(c) eager")}

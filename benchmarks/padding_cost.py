@@ -35,6 +35,7 @@ from common import (
     no_gpu,
     parser,
     plot,
+    poison_step,
     read_step,
     time_ms,
     verdict,
@@ -114,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     outs, times = {}, {}
     for name, (inputs, exe) in cases.items():
         model.set_inputs(*inputs, stream)
+        poison_step(model, stream)  # each case reads back its own step, not the case's before it
         exe.launch(stream)
         tok, logits = read_step(model, ACTUAL, stream)
         outs[name] = (tok, logits)
@@ -159,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     params = {"model": PRESET, "context": CONTEXT, "capture_sizes": list(sizes), "actual": ACTUAL,
               "padded": PADDED, "quick": opts.quick, "timer": "CUDA events over back-to-back replays, median"}
-    write_result("padding_cost", opts.out, params, rows, notes)
+    write_result("padding_cost", opts.out, params, rows, notes, checks)
     plot(lambda: plot_lines(opts.out / "padding_cost.png", list(sizes), {"graph replay ms": per_size},
                             title=f"{PRESET} step time per captured size, context {CONTEXT} ({device().name})",
                             xlabel="batch size (every row active)", ylabel="ms per step"))

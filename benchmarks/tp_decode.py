@@ -33,6 +33,7 @@ from common import (
     median,
     no_gpu,
     parser,
+    poison_step,
     read_step,
     step_inputs,
     time_ms,
@@ -74,6 +75,7 @@ def measure(model: DecodeModel, B: int, inputs, stream: Stream, quick: bool, che
     model.run_eager(B, stream)
     eager_out = read_step(model, B, stream)
     g, exe = capture(model, B, stream)
+    poison_step(model, stream)
     exe.launch(stream)
     out = read_step(model, B, stream)
     check_same_step(checks, f"{label} graph vs eager", eager_out, out)
@@ -191,11 +193,11 @@ def main(argv: list[str] | None = None) -> int:
     params = {"models": models, "tp": sizes, "batches": batches, "context": CONTEXT, "quick": opts.quick,
               "configs": {m: CONFIGS[m].to_hf() for m in models},
               "timer": "CUDA events over back-to-back steps on each rank, median; table: slowest rank"}
-    write_result("tp_decode", opts.out, params, rows, notes)
-    print(f"total {time.perf_counter() - t_start:.1f} s")
-    checks = Checks()
+    checks = Checks()  # the ranks' failed checks (each rank printed its own)
     for f in failed:
         checks(False, f)
+    write_result("tp_decode", opts.out, params, rows, notes, checks)
+    print(f"total {time.perf_counter() - t_start:.1f} s")
     return finish(checks)
 
 

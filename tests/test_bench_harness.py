@@ -166,6 +166,14 @@ def test_validation_names_the_bad_key(tmp_path, mutate, key):
         load_json(path)
 
 
+def test_a_non_finite_parameter_is_written_as_a_string_not_lost(tmp_path):
+    r = _result()
+    r.params.update(tau=float("nan"), worst={"diff": float("inf")})
+    back = load_json(r.write_json(tmp_path / "r.json"))
+    assert back.params["tau"] == "nan" and back.params["worst"] == {"diff": "inf"}
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temporary file left behind
+
+
 def test_write_json_refuses_an_invalid_result(tmp_path):
     r = _result()
     r.notes.append(None)

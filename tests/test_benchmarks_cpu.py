@@ -69,6 +69,20 @@ def test_checks_remember_failures(capsys):
     assert common.finish(common.Checks()) == 0
 
 
+def test_the_json_says_which_self_checks_failed(tmp_path):
+    """A run whose checks failed must not leave a JSON that reads as clean: the failures are among its notes."""
+    checks = common.Checks()
+    checks(True, "fine")
+    checks(False, "graph vs eager: tokens differ")
+    path = common.write_result("decode", tmp_path, {}, [], ["a note"], checks)
+    notes = json.loads(path.read_text())["notes"]
+    assert notes == ["a note", "self-check FAILED (numbers may be wrong): graph vs eager: tokens differ"]
+    ok = common.Checks()
+    ok(True, "fine")
+    assert ok.notes() == ["self-checks: none failed (1 passed)"] and common.Checks().notes() == [
+        "self-checks: none failed"]
+
+
 def test_check_same_step_needs_bit_identical_finite_outputs():
     import numpy as np
     tok, logits = np.array([3, 4]), np.array([[1.0, 2.0], [0.5, -1.0]], np.float32)

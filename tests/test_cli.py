@@ -1,5 +1,6 @@
 """The command line on a machine without a GPU: every command says so plainly and still does what it can."""
 
+import os
 import subprocess
 import sys
 
@@ -111,6 +112,12 @@ def test_suite_runs_scripts_in_order_passes_quick_and_counts_failures(tmp_path, 
     assert suite.run_suite(["all"], out) == 1
     assert [line.split()[0] for line in log.read_text().splitlines()] == list(suite.BENCHMARKS.values())
     assert "FAILED: graph" in capsys.readouterr().out
+    assert "**FAILED: graph**" in (out / "summary.md").read_text()
+
+    (bdir / "decode.py").write_text("import time\ntime.sleep(30)\n")  # a hang is stopped, the rest still run
+    monkeypatch.setattr(suite, "TIMEOUT_S", 1)
+    assert suite.run_suite(["decode", "launch"], out) == 1
+    assert "| decode | FAILED (stopped after 1 s) |" in (out / "summary.md").read_text()
 
 
 @pytest.mark.parametrize("args, message", [
@@ -124,3 +131,16 @@ def test_suite_runs_scripts_in_order_passes_quick_and_counts_failures(tmp_path, 
 def test_demo_refuses_bad_arguments_with_one_line_not_a_traceback(args, message):
     rc, out = run("demo", *args)
     assert rc != 0 and message in out and "Traceback" not in out
+
+
+def test_summary_names_failed_runs_keeps_stale_files_out_and_labels_mixed_units(tmp_path):
+    old = tmp_path / "launch_overhead.json"
+    BenchResult("launch_overhead", collect_metadata(), {}, [make_row([5.0], unit="us", case="old")]).write_json(old)
+    os.utime(old, (1, 1))  # written long before the suite started
+    rows = [make_row([1.5, 2.5], unit="ms", case="capture"), make_row([0.5, 0.7], unit="us", case="update")]
+    BenchResult("graph_overheads", collect_metadata(), {}, rows).write_json(tmp_path / "graph_overheads.json")
+    text = write_summary(tmp_path, [("launch", "FAILED (exit 1)", 3.0), ("graph", "ok", 9.0)], since=100.0).read_text()
+    assert "**FAILED: launch**" in text and "| launch | FAILED (exit 1) |" in text
+    assert "Not from this run (older files in the folder, not shown): launch_overhead.json" in text
+    assert "## launch_overhead" not in text and "## graph_overheads" in text
+    assert "| case | median | p10 | p90 | n | unit |" in text and "| ms |" in text and "| us |" in text

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import socket
@@ -151,13 +152,28 @@ class BenchResult:
         return cls(doc["benchmark"], doc["metadata"], doc["params"], doc["rows"], doc["notes"])
 
     def write_json(self, path: str | Path) -> Path:
-        """Validate and write to ``path`` (parent folders created); returns the path."""
-        doc = self.to_dict()
+        """Validate and write to ``path`` (parent folders created; whole or not at all); returns the path. A
+        non-finite number in the parameters or notes is written as a string ("nan", "inf"): JSON has none, and
+        losing the whole result to one would hide the run that produced it."""
+        doc = _json_safe(self.to_dict())
         validate(doc)
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n")
+        os.replace(tmp, path)
         return path
+
+
+def _json_safe(obj):
+    """``obj`` with every non-finite float replaced by its string."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else str(obj)
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
 
 
 def load_json(path: str | Path) -> BenchResult:

@@ -97,9 +97,9 @@ def result_columns(rows: Sequence[Mapping]) -> list[Column]:
                 continue
             (labels if isinstance(v, str) else extras).append(k)
     units = {row.get("unit") for row in rows}
-    unit = f" ({units.pop()})" if len(units) == 1 else ""
+    unit = f" ({next(iter(units))})" if len(units) == 1 else ""
     stats = [(f"summary.{s}", f"{s}{unit}") for s in ("median", "p10", "p90")] + [("summary.n", "n")]
-    return [*labels, *stats, *extras]
+    return [*labels, *stats, *(["unit"] if len(units) > 1 else []), *extras]  # mixed units: a column says which
 
 
 def metadata_line(meta: Mapping) -> str:
@@ -120,9 +120,19 @@ def metadata_line(meta: Mapping) -> str:
     return " · ".join(parts)
 
 
-def render_summary(results: Sequence[BenchResult], title: str = "rawgraphs benchmarks") -> str:
-    """Markdown: one section per benchmark with its metadata line, parameters, table and notes."""
+def render_summary(results: Sequence[BenchResult], title: str = "rawgraphs benchmarks",
+                   runs: Sequence[tuple[str, str, float]] = (), stale: Sequence[str] = ()) -> str:
+    """Markdown: the suite's runs and their status (failures first in a line of their own), then one section per
+    benchmark with its metadata line, parameters, table and notes."""
     out = [f"# {title}", ""]
+    failed = [name for name, status, _ in runs if status != "ok"]
+    if runs:
+        out += [f"**FAILED: {', '.join(failed)}** (their results below may be missing or wrong)" if failed
+                else f"All {len(runs)} benchmarks ran without error.", ""]
+        out += [markdown_table([{"benchmark": n, "status": s, "seconds": round(t, 1)} for n, s, t in runs],
+                               ["benchmark", "status", "seconds"]), ""]
+    if stale:
+        out += [f"Not from this run (older files in the folder, not shown): {', '.join(stale)}", ""]
     for r in results:
         out += [f"## {r.benchmark}", "", metadata_line(r.metadata), ""]
         if r.params:

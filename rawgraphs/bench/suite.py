@@ -2,7 +2,9 @@
 
 Each benchmark is one script in ``benchmarks/`` of a source checkout (one question per script: it prints its
 table and writes JSON + PNG to ``--out``). The suite runs them in order as separate processes (a crash or a GPU
-error in one cannot poison the next), echoes their output, and renders every JSON it finds into ``summary.md``.
+error in one cannot poison the next, a hang is stopped after ``TIMEOUT_S``), echoes their output, and renders into
+``summary.md`` the exit status of every run and the JSON written during this suite (an older file in ``--out`` is
+named as stale, not shown as a result).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ BENCHMARKS = {
     "padding": "padding_cost", "memory": "memory_cost", "loop": "device_loop", "compare": "compare_torch",
     "frameworks": "frameworks", "tp": "tp_decode",
 }
+TIMEOUT_S = 420  # one benchmark's limit: `bench all` runs in ~215-300 s on the H200
 _QUICK = {"graph_overheads", "decode", "batch_sweep", "padding_cost", "memory_cost", "device_loop", "compare_torch",
           "frameworks", "tp_decode"}
 
@@ -46,33 +49,44 @@ def run_suite(names: list[str], out: Path, quick: bool = False) -> int:
         return 0
     todo = list(BENCHMARKS) if "all" in names else names
     out.mkdir(parents=True, exist_ok=True)
-    failed = []
+    runs: list[tuple[str, str, float]] = []  # (name, status, seconds)
+    started = time.time()
     t0 = time.perf_counter()
-    for i, name in enumerate(todo, 1):
-        script = BENCHMARKS[name]
-        cmd = [sys.executable, str(bdir / f"{script}.py"), "--out", str(out)]
-        if quick and script in _QUICK:
-            cmd.append("--quick")
-        print(f"[{i}/{len(todo)}] {name}: {' '.join(cmd[1:])}", flush=True)
-        t = time.perf_counter()
-        rc = subprocess.call(cmd, cwd=bdir.parent)
-        print(f"[{i}/{len(todo)}] {name}: exit {rc} after {time.perf_counter() - t:.1f} s", flush=True)
-        if rc:
-            failed.append(name)
-    path = write_summary(out)
-    print(f"suite: {len(todo) - len(failed)}/{len(todo)} benchmarks ok in {time.perf_counter() - t0:.0f} s; "
+    try:
+        for i, name in enumerate(todo, 1):
+            script = BENCHMARKS[name]
+            cmd = [sys.executable, str(bdir / f"{script}.py"), "--out", str(out)]
+            if quick and script in _QUICK:
+                cmd.append("--quick")
+            print(f"[{i}/{len(todo)}] {name}: {' '.join(cmd[1:])}", flush=True)
+            t = time.perf_counter()
+            try:
+                rc = subprocess.call(cmd, cwd=bdir.parent, timeout=TIMEOUT_S)
+                status = "ok" if rc == 0 else f"FAILED (exit {rc})"
+            except subprocess.TimeoutExpired:
+                status = f"FAILED (stopped after {TIMEOUT_S} s)"
+            runs.append((name, status, time.perf_counter() - t))
+            print(f"[{i}/{len(todo)}] {name}: {status} after {runs[-1][2]:.1f} s", flush=True)
+    finally:  # a summary of what ran, also when the suite itself is interrupted
+        path = write_summary(out, runs, since=started)
+    failed = [name for name, status, _ in runs if status != "ok"]
+    print(f"suite: {len(runs) - len(failed)}/{len(todo)} benchmarks ok in {time.perf_counter() - t0:.0f} s; "
           f"summary in {path}" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
     return len(failed)
 
 
-def write_summary(out: Path) -> Path:
-    """Render every benchmark JSON in ``out`` into ``out/summary.md``."""
-    results = []
+def write_summary(out: Path, runs: list[tuple[str, str, float]] = (), since: float | None = None) -> Path:
+    """Render into ``out/summary.md`` the suite's ``runs`` (name, status, seconds) and every benchmark JSON in
+    ``out`` written at or after ``since`` (a Unix time; None: all of them); older ones are listed as stale."""
+    results, stale = [], []
     for p in sorted(out.glob("*.json")):
+        if since is not None and p.stat().st_mtime < since:
+            stale.append(p.name)
+            continue
         try:
             results.append(load_json(p))
         except (ValueError, KeyError) as e:
             print(f"summary: skipping {p.name}: not a benchmark result ({e})")
     path = out / "summary.md"
-    path.write_text(render_summary(results))
+    path.write_text(render_summary(results, runs=runs, stale=stale))
     return path
