@@ -157,6 +157,22 @@ def test_compare_torch_compile_child_failure_comes_back_as_a_message():
     assert "Error" in child["message"]  # the child's last lines name why (no torch here, or no GPU)
 
 
+def test_compare_torch_target_is_read_against_the_plain_twin():
+    import compare_torch
+
+    def row(method, us, model="1b", batch=1):
+        return {"model": model, "batch": batch, "method": method, "summary": {"median": us}}
+
+    rows = [row("rawgraphs graph", 560.0), row("torch CUDAGraph", 2200.0), row(compare_torch.PLAIN, 1000.0),
+            row("rawgraphs graph", 1.0, batch=8), row(compare_torch.PLAIN, 1000.0, batch=8)]
+    line = compare_torch.target_line(rows)
+    assert line.startswith("target rawgraphs graph <= 0.25x torch CUDAGraph (plain twin) at B=1 on 1b: MISS")
+    assert "560.0 us vs 1000.0 us = 0.560x" in line and "2200.0 us: 0.255x" in line
+    rows[2] = row(compare_torch.PLAIN, 2300.0)
+    assert ": PASS (" in compare_torch.target_line(rows)
+    assert "not measured" in compare_torch.target_line([r for r in rows if r["model"] == "small"])
+
+
 def test_sass_same_as_ignores_label_numbering_only():
     """sass_count.py --same-as compares kernels with branch labels and internal call targets renumbered in order of
     first use (what differs between two compiles of the same code in different modules), and nothing else."""

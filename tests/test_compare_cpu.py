@@ -105,6 +105,35 @@ def test_torch_decoder_greedy_tokens_match_the_reference_on_cpu():
     assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout + run.stderr
 
 
+_PLAIN_SCRIPT = textwrap.dedent("""
+    import numpy as np
+    from rawgraphs.compare import PlainTorchDecoder, TorchDecoder
+    from rawgraphs.model import ModelConfig, Weights
+
+    for kv_heads in (2, 1):  # tiny (G=2), and G=4 through SDPA's grouped-query path
+        cfg = ModelConfig.preset("tiny").replace(n_kv_heads=kv_heads)
+        w = Weights.random(cfg, 3)
+        B, P, N = 3, 5, 10
+        prompts = [[(7 * b + 13 * i + 1) % cfg.vocab for i in range(P)] for b in range(B)]
+        exact, plain = (c(cfg, w, max_batch=4, max_len=32, device="cpu") for c in (TorchDecoder, PlainTorchDecoder))
+        want = []
+        tokens = exact.generate(prompts, N, "eager", logits=want)
+        worst = 0.0
+        for t in range(P - 1 + N):  # the plain twin fed the exact twin's inputs at every step
+            plain.step_eager([p[t] if t < P else o[t - P] for p, o in zip(prompts, tokens)], [t] * B)
+            worst = max(worst, float(np.abs(plain.read_logits(B) - want[t]).max() / np.abs(want[t]).max()))
+        assert 0 < worst < 0.05, f"KVH={kv_heads}: plain vs exact twin, worst relative logit difference {worst}"
+    print("ok")
+""")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed here")
+def test_plain_twin_is_the_same_model_rounded_the_pytorch_way():
+    # bf16 addmm, SDPA, bf16 SwiGLU and LM head: within bf16 noise of the exact twin, and not identical to it
+    run = subprocess.run([sys.executable, "-c", _PLAIN_SCRIPT], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout + run.stderr
+
+
 def _logits(rng, steps, B, V):
     return [rng.standard_normal((B, V)).astype(np.float32) + 0.5 for _ in range(steps)]  # [B, V] per step
 

@@ -3,6 +3,7 @@
 Importing this package never imports torch (``TorchDecoder`` does, when constructed).
 """
 
+from .plain_twin import PlainTorchDecoder
 from .torch_model import CaptureStats, TorchDecoder, bf16_bits, key_mask, match_length, time_torch
 
-__all__ = ["CaptureStats", "TorchDecoder", "bf16_bits", "key_mask", "match_length", "time_torch"]
+__all__ = ["CaptureStats", "PlainTorchDecoder", "TorchDecoder", "bf16_bits", "key_mask", "match_length", "time_torch"]

@@ -166,7 +166,7 @@ class TorchDecoder:
             raise ValueError(f"max_len {max_len} is outside 1..{cfg.max_seq_len} (max_seq_len)")
         self.cfg, self.max_batch, self.max_len = cfg, max_batch, max_len
         dev = self.device = torch.device(device)
-        self.matmul_flags = exact_matmul_flags()
+        self.matmul_flags = self._set_flags()
 
         def load(a: np.ndarray):
             return torch.from_numpy(bf16_bits(a)).view(torch.bfloat16).to(dev)
@@ -216,6 +216,33 @@ class TorchDecoder:
             return torch.mm(a, w.t(), out_dtype=torch.float32)
         return F.linear(a.float(), w.float() if w_f32 is None else w_f32)
 
+    # ---- the operations a subclass may write differently (rawgraphs.compare.plain_twin) -----------------------
+    def _set_flags(self) -> dict[str, bool]:
+        """Put this twin's matmul flags in force (they are global: set before each capture and eager step)."""
+        return exact_matmul_flags()
+
+    def _mask(self, visible):
+        """The attention mask for :meth:`_attend` from ``visible [B, 1, 1, T]`` bool: fp32 additive (0 / -inf)."""
+        import torch
+
+        return torch.zeros(visible.shape, dtype=torch.float32, device=self.device).masked_fill(~visible,
+                                                                                            float("-inf"))
+
+    def _attend(self, q, keys, values, mask, scale: float):
+        """``q [B, H, hd]`` over ``keys, values [B, KVH, T, hd]`` -> ``[B, H*hd]`` bf16 (fp32 inside)."""
+        return _attention(q, keys, values, mask, scale)
+
+    def _swiglu(self, gate, up):
+        """``silu(gate) * up`` in fp32, rounded once to bf16, as gate_up's epilogue."""
+        import torch
+        import torch.nn.functional as F
+
+        return (F.silu(gate.float()) * up.float()).to(torch.bfloat16)
+
+    def _logits(self, h):
+        """The LM head's fp32 ``[B, V]`` logits of ``h [B, D]``."""
+        return self._mm_f32(h, self.lm_head, self.lm_head_f32)
+
     def _residual(self, x, a, w):
         """``bf16(float(x) + a @ w^T)``: fp32 product, fp32 add, one rounding, as the kernels' residual epilogue;
         ``x [B, N]``, ``a [B, K]`` bf16, ``w [N, K]``."""
@@ -227,7 +254,6 @@ class TorchDecoder:
     def _step(self, B: int) -> None:
         """One decode step for rows ``0..B-1``: reads ``tokens``/``positions``, writes the caches and
         ``next_tokens``. Touches only static tensors, so it can be captured."""
-        import torch
         import torch.nn.functional as F
 
         c = self.cfg
@@ -235,9 +261,7 @@ class TorchDecoder:
         scale = 1.0 / math.sqrt(hd)
         tokens, pos, rows = self.tokens[:B], self.positions[:B], self.rows[:B]  # [B]
         cos, sin = self.cos[pos][:, None, :], self.sin[pos][:, None, :]  # [B, 1, hd/2]
-        visible = key_mask(pos, self.key_index)[:, None, None, :]  # [B, 1, 1, T]
-        mask = torch.zeros(visible.shape, dtype=torch.float32, device=self.device).masked_fill(
-            ~visible, float("-inf"))  # [B, 1, 1, T] additive
+        mask = self._mask(key_mask(pos, self.key_index)[:, None, None, :])  # [B, 1, 1, T]
         x = F.embedding(tokens, self.embed)  # [B, D]
         for i, w in enumerate(self.layers):
             h = _rmsnorm(x, w["attn_norm"], c.rms_norm_eps)  # [B, D]
@@ -247,14 +271,14 @@ class TorchDecoder:
             k_cache, v_cache = self.k_cache[i], self.v_cache[i]  # [MB, KVH, T, hd]
             k_cache[rows, :, pos] = k
             v_cache[rows, :, pos] = v.view(B, KVH, hd)
-            a = _attention(q, k_cache[:B], v_cache[:B], mask, scale)  # [B, H*hd]
+            a = self._attend(q, k_cache[:B], v_cache[:B], mask, scale)  # [B, H*hd]
             x = self._residual(x, a, w["w_o"])  # [B, D] x + a @ Wo^T, one rounding
             h = _rmsnorm(x, w["mlp_norm"], c.rms_norm_eps)
             gate, up = F.linear(h, w["w_gate_up"]).chunk(2, dim=-1)  # [B, F] each
-            m = (F.silu(gate.float()) * up.float()).to(torch.bfloat16)  # [B, F]
+            m = self._swiglu(gate, up)  # [B, F]
             x = self._residual(x, m, w["w_down"])  # [B, D] x + m @ Wd^T
         h = _rmsnorm(x, self.final_norm, c.rms_norm_eps)
-        logits = self._mm_f32(h, self.lm_head, self.lm_head_f32)  # [B, V] fp32
+        logits = self._logits(h)  # [B, V] fp32
         self.logits[:B] = logits
         self.next_tokens[:B] = logits.argmax(dim=-1)  # the first maximum: lowest index on ties
 
@@ -282,6 +306,7 @@ class TorchDecoder:
     def step_eager(self, tokens, positions) -> np.ndarray:
         """One eager step: ``tokens, positions [B]`` -> greedy next tokens ``int32 [B]``."""
         B = self._set_inputs(tokens, positions)
+        self._set_flags()
         self._step(B)
         return self._read(B)
 
@@ -295,6 +320,7 @@ class TorchDecoder:
         import torch
 
         B = B or self.max_batch
+        self._set_flags()  # cuBLAS picks its kernels at capture: under this twin's flags
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
@@ -363,7 +389,7 @@ class TorchDecoder:
         """A callable that enqueues one step for ``B`` rows on the current inputs: eager, graph or compile
         (the graph / compiled step must exist: ``capture(B)`` / ``try_compile(B)``)."""
         if mode == "eager":
-            return lambda: self._step(B)
+            return lambda: (self._set_flags(), self._step(B))  # flags are global: another twin may have set its own
         if mode == "graph":
             return self.graphs[B].replay
         if mode == "compile":
