@@ -3,6 +3,8 @@
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -114,10 +116,22 @@ def test_suite_runs_scripts_in_order_passes_quick_and_counts_failures(tmp_path, 
     assert "FAILED: graph" in capsys.readouterr().out
     assert "**FAILED: graph**" in (out / "summary.md").read_text()
 
-    (bdir / "decode.py").write_text("import time\ntime.sleep(30)\n")  # a hang is stopped, the rest still run
-    monkeypatch.setattr(suite, "TIMEOUT_S", 1)
+    pid_file = tmp_path / "child.pid"  # a hang is stopped with the children it started; the rest still run
+    (bdir / "decode.py").write_text(
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "time.sleep(60)\n")
+    monkeypatch.setattr(suite, "TIMEOUT_S", 2)
     assert suite.run_suite(["decode", "launch"], out) == 1
-    assert "| decode | FAILED (stopped after 1 s) |" in (out / "summary.md").read_text()
+    assert "| decode | FAILED (stopped after 2 s) |" in (out / "summary.md").read_text()
+    state = Path(f"/proc/{pid_file.read_text()}/status")
+    for _ in range(50):  # killed: gone, or a zombie until it is reaped
+        if not state.exists() or "State:\tZ" in state.read_text():
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the hung benchmark's child process outlived it")
 
 
 @pytest.mark.parametrize("args, message", [
