@@ -114,7 +114,7 @@ class capture:
         except BaseException as e:  # a closed `into` too: an open count left behind would hold every free forever
             capture_closed()
             if isinstance(e, CudaError):
-                raise CaptureError(e, capture_status(self.stream), e.call) from None
+                raise CaptureError(e, capture_status(s), e.call) from None
             raise
         self._records = len(graph.nodes)
         self.graph = graph

@@ -68,6 +68,11 @@ def load(spec: str, seed: int, with_weights: bool = True) -> tuple[ModelConfig, 
     return cfg, Weights.random(cfg, seed) if with_weights else None
 
 
+def _kv_tokens(args, prompt_len: int) -> int:
+    """KV slots a row needs: its prompt and the most tokens any part of the demo decodes after it."""
+    return prompt_len + max(args.tokens, args.loop) + 1
+
+
 def _prompts(args, cfg) -> list[list[int]]:
     try:
         ids = [int(t) for t in args.prompt_ids.split(",") if t.strip()]
@@ -76,10 +81,9 @@ def _prompts(args, cfg) -> list[list[int]]:
     if not ids or any(not 0 <= t < cfg.vocab for t in ids):
         raise SystemExit(f"--prompt-ids must be comma-separated token ids in [0, {cfg.vocab}), got "
                          f"{args.prompt_ids!r}")
-    context = len(ids) + max(args.tokens, args.loop) + 1
-    if context > cfg.max_seq_len:
+    if _kv_tokens(args, len(ids)) > cfg.max_seq_len:
         raise SystemExit(f"the prompt ({len(ids)}) and the tokens to decode ({max(args.tokens, args.loop)}) need a "
-                         f"context of {context}, past the model's max_seq_len {cfg.max_seq_len}")
+                         f"context of {_kv_tokens(args, len(ids))}, past the model's max_seq_len {cfg.max_seq_len}")
     return [[(t + 7 * b) % cfg.vocab for t in ids] for b in range(args.batch)]  # a distinct prompt per row
 
 
@@ -148,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     _, weights = load(args.model, args.seed)
     B = args.batch
     size = pick_size(B, DEFAULT_CAPTURE_SIZES) or B  # the runner pads B up to its next capture size
-    model = DecodeModel(cfg, weights, max_batch=size, kv_tokens=len(prompts[0]) + max(args.tokens, args.loop) + 1,
+    model = DecodeModel(cfg, weights, max_batch=size, kv_tokens=_kv_tokens(args, len(prompts[0])),
                         pdl=not args.no_pdl)
     stream = Stream.create()
     print(f"model {args.model}: D={cfg.dim} L={cfg.n_layers} H={cfg.n_heads} KVH={cfg.n_kv_heads} "

@@ -86,12 +86,12 @@ class _ExecKernel:
 def _instantiate_error(err, p: driver.CUDA_GRAPH_INSTANTIATE_PARAMS, graph: Graph) -> CudaError:
     """The driver's refusal of an instantiation, with its reason (``result_out``) and the node it names."""
     result = p.result_out.name.removeprefix("CUDA_GRAPH_INSTANTIATE_")
+    base = error_from(err if err else driver.CUresult.CUDA_ERROR_INVALID_VALUE, "cuGraphInstantiateWithParams")
+    if result == "SUCCESS":  # refused before the driver looked at the nodes
+        return base
     key = int(p.hErrNode_out)
     node = _find_node(graph, key)
     at = f" at node {node.name!r}" if node else f" at a node rawgraphs did not make ({key:#x})" if key else ""
-    base = error_from(err if err else driver.CUresult.CUDA_ERROR_INVALID_VALUE, "cuGraphInstantiateWithParams")
-    if result == "SUCCESS":  # refused before the driver looked at the nodes
-        return CudaError(base.name, base.code, base.description, call=base.call)
     hints = {"CONDITIONAL_HANDLE_UNUSED": "a conditional handle was created but no conditional node uses it",
              "MULTIPLE_CTXS_NOT_SUPPORTED": "the graph's nodes belong to more than one context",
              "NODE_OPERATION_NOT_SUPPORTED": "a node's operation cannot be in this kind of graph (e.g. with "

@@ -22,7 +22,7 @@ from cuda.bindings import driver
 from .context import Stream, device
 from .errors import CaptureError, check
 from .executable import GraphExec
-from .model.decode import DecodeModel
+from .model.decode import DecodeModel, rows_agree
 
 __all__ = ["DEFAULT_CAPTURE_SIZES", "DecodeRunner", "CaptureReport", "NoGraphError", "pick_size", "pad_inputs"]
 
@@ -48,7 +48,7 @@ def pad_inputs(tokens, positions, tables, size: int) -> tuple[np.ndarray, np.nda
     """Rows ``B..size-1`` as inactive padding: token 0, position -1, block table of zeros."""
     tokens, positions, tables = (np.asarray(a, np.int32) for a in (tokens, positions, tables))
     B = len(tokens)
-    if tokens.ndim != 1 or positions.shape != (B,) or tables.ndim != 2 or len(tables) != B or B > size:
+    if not rows_agree(tokens, positions, tables) or B > size:
         raise ValueError(f"inputs must be [B], [B], [B, MB] with B <= {size}; "
                          f"got {tokens.shape}, {positions.shape}, {tables.shape}")
     pt = np.zeros(size, np.int32)                                # [size]

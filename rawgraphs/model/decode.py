@@ -135,6 +135,12 @@ class _Layer:
             getattr(self, name).copy_from(getattr(lw, name))
 
 
+def rows_agree(tokens: np.ndarray, positions: np.ndarray, tables: np.ndarray) -> bool:
+    """Whether decode inputs are ``[B]``, ``[B]`` and ``[B, MB]`` arrays of one ``B``."""
+    B = len(tokens)
+    return tokens.ndim == 1 and positions.shape == (B,) and tables.ndim == 2 and len(tables) == B
+
+
 class DecodeModel:
     """A Llama-style decoder on the GPU for batches of up to ``max_batch`` rows.
 
@@ -347,8 +353,7 @@ class DecodeModel:
         tokens, positions = np.asarray(tokens, np.int32), np.asarray(positions, np.int32)
         tables = np.asarray(block_tables, np.int32)
         B = len(tokens)
-        if (tokens.ndim != 1 or positions.shape != (B,) or tables.ndim != 2 or len(tables) != B
-                or B > self.max_batch or tables.shape[1] > self.max_blocks):
+        if not rows_agree(tokens, positions, tables) or B > self.max_batch or tables.shape[1] > self.max_blocks:
             raise ValueError(f"inputs must be [B], [B], [B, <= {self.max_blocks}] with B <= {self.max_batch}; "
                              f"got {tokens.shape}, {positions.shape}, {tables.shape}")
         # a row at position p reads blocks 0 .. p // 16 of its table: all must be given
