@@ -13,5 +13,9 @@ fi
 [[ -n $inc && -f $inc/cuda.h ]] || { echo "fakecuda: no cuda.h found; set CUDA_INCLUDE" >&2; exit 1; }
 out=${FAKECUDA_DIR:-$here/build}
 mkdir -p "$out"
-cc -std=c11 -shared -fPIC -O1 -g -ffp-contract=off -Wall -Wextra -I"$inc" -o "$out/libcuda.so.1" "$here/fakecuda.c" "$here/kernels.c"
+lib="$out/libcuda.so.1"
+if [[ -f $lib && -z $(find "$here" -maxdepth 1 -name "*.[ch]" -newer "$lib") ]]; then
+  echo "$out"; exit 0
+fi
+cc -std=c11 -shared -fPIC -O1 -g -ffp-contract=off -Wall -Wextra -I"$inc" -o "$lib" "$here"/*.c
 echo "$out"
