@@ -8,6 +8,7 @@ launch and graph kernel nodes read directly.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from .capture_state import release
 from .capture_state import state as capture_state
 from .compiler import Program, compile_file, compile_source
 from .context import Stream, device
+from .cubin import check_signature, param_sizes
 from .errors import ClosedError, check
 from .kernel_args import KernelArgs
 from .memory import DeviceView
@@ -212,6 +214,10 @@ class Module:
     def closed(self) -> bool:
         return not self._finalizer.alive
 
+    @functools.cached_property
+    def _param_sizes(self) -> dict[str, tuple[int, ...]]:
+        return param_sizes(self.program.cubin)
+
     @property
     def names(self) -> tuple[str, ...]:
         """Every kernel :meth:`kernel` can return: plain kernels and the template instantiations compiled in."""
@@ -228,7 +234,9 @@ class Module:
         k = self._kernels.get(name)
         if k is None:
             sig = self._launchable.get(name) or resolve(self.signatures, self.program.lowered, name)  # raises
-            k = self._kernels[name] = Kernel(self, name, self.program.lowered.get(name, name), sig)
+            symbol = self.program.lowered.get(name, name)
+            check_signature(self._param_sizes, symbol, sig)  # the source's signature against the cubin's
+            k = self._kernels[name] = Kernel(self, name, symbol, sig)
         if expect is not None:
             want = Signature.parse(expect).params
             if want != k.signature.params:
