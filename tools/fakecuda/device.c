@@ -378,13 +378,26 @@ CUresult make_call(KernelCall *k, const CUDA_KERNEL_NODE_PARAMS *p) {
     CHECK(!(p->kernelParams && p->extra), CUDA_ERROR_INVALID_VALUE);
     return kernel_call_make(k, p);
 }
+/* The launch attributes rawgraphs sets, checked as the driver checks them: a cluster divides the grid in every
+ * dimension and holds at most 8 blocks (the portable limit); programmatic serialization is 0 or 1. */
+CUresult check_attribute(const KernelCall *k, CUlaunchAttributeID id, const CUlaunchAttributeValue *v) {
+    CHECK(id < 32, CUDA_ERROR_INVALID_VALUE);
+    if (id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+        unsigned c[3] = {v->clusterDim.x, v->clusterDim.y, v->clusterDim.z};
+        for (int i = 0; i < 3; i++) CHECK(c[i] && k->grid[i] % c[i] == 0, CUDA_ERROR_INVALID_CLUSTER_SIZE);
+        CHECK(c[0] * c[1] * c[2] <= 8, CUDA_ERROR_INVALID_CLUSTER_SIZE);
+    }
+    if (id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+        CHECK(v->programmaticStreamSerializationAllowed <= 1, CUDA_ERROR_INVALID_VALUE);
+    return OK;
+}
 static CUresult launch(const CUDA_KERNEL_NODE_PARAMS *p, CUstream hs, const CUlaunchAttribute *attrs, unsigned nattrs) {
     KernelCall k;
     CUresult r = make_call(&k, p);
     if (r) return r;
-    for (unsigned i = 0; i < nattrs; i++) CHECK(attrs[i].id < 32, CUDA_ERROR_INVALID_VALUE);
-    Node *n;
-    r = stream_work(hs, CU_GRAPH_NODE_TYPE_KERNEL, &n);
+    for (unsigned i = 0; i < nattrs && !r; i++) r = check_attribute(&k, attrs[i].id, &attrs[i].value);
+    Node *n = NULL;
+    if (!r) r = stream_work(hs, CU_GRAPH_NODE_TYPE_KERNEL, &n);
     if (r) {
         kernel_call_free(&k);
         return r;

@@ -129,6 +129,7 @@ CUresult stream_work(CUstream hs, CUgraphNodeType type, Node **out); /* node whe
 CUresult refuse_in_global_capture(CUresult err);
 /* ---- device.c ---- */
 CUresult make_call(KernelCall *k, const CUDA_KERNEL_NODE_PARAMS *p); /* the driver's launch checks */
+CUresult check_attribute(const KernelCall *k, CUlaunchAttributeID id, const CUlaunchAttributeValue *v);
 void run_memset(const CUDA_MEMSET_NODE_PARAMS *p);
 void run_memcpy(const CUDA_MEMCPY3D *p);
 

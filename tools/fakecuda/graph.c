@@ -100,19 +100,30 @@ static CUresult f_cuGraphKernelNodeGetParams(CUgraphNode n, CUDA_KERNEL_NODE_PAR
     kernel_call_params(&node->kernel, p);
     return OK;
 }
-static CUresult f_cuGraphKernelNodeSetParams(CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS *p) {
-    Node *node = (Node *)n;
-    CHECK(node && node->type == CU_GRAPH_NODE_TYPE_KERNEL, CUDA_ERROR_INVALID_VALUE);
+/* New parameters keep the node's attributes valid: a cluster must still divide the grid. */
+static CUresult set_kernel(Node *n, const CUDA_KERNEL_NODE_PARAMS *p) {
+    const CUlaunchAttributeValue *cluster = &n->attrs[CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION];
     KernelCall k;
     CUresult r = make_call(&k, p);
     if (r) return r;
-    kernel_call_free(&node->kernel);
-    node->kernel = k;
+    if (cluster->clusterDim.x && (r = check_attribute(&k, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, cluster))) {
+        kernel_call_free(&k);
+        return r;
+    }
+    kernel_call_free(&n->kernel);
+    n->kernel = k;
     return OK;
+}
+static CUresult f_cuGraphKernelNodeSetParams(CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS *p) {
+    Node *node = (Node *)n;
+    CHECK(node && node->type == CU_GRAPH_NODE_TYPE_KERNEL, CUDA_ERROR_INVALID_VALUE);
+    return set_kernel(node, p);
 }
 static CUresult f_cuGraphKernelNodeSetAttribute(CUgraphNode hn, CUkernelNodeAttrID id, const CUkernelNodeAttrValue *v) {
     Node *n = (Node *)hn;
-    CHECK(n && n->type == CU_GRAPH_NODE_TYPE_KERNEL && v && id < 32, CUDA_ERROR_INVALID_VALUE);
+    CHECK(n && n->type == CU_GRAPH_NODE_TYPE_KERNEL && v, CUDA_ERROR_INVALID_VALUE);
+    CUresult r = check_attribute(&n->kernel, id, v);
+    if (r) return r;
     n->attrs[id] = *v;
     if (id == CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE) /* the handle device-side updates name */
         n->attrs[id].deviceUpdatableKernelNode.devNode =
@@ -415,12 +426,7 @@ static CUresult f_cuGraphExecKernelNodeSetParams(CUgraphExec he, CUgraphNode hn,
     CHECK(e, CUDA_ERROR_INVALID_VALUE);
     Node *n = exec_node(e, hn);
     CHECK(n && n->type == CU_GRAPH_NODE_TYPE_KERNEL, CUDA_ERROR_INVALID_VALUE);
-    KernelCall k;
-    CUresult r = make_call(&k, p);
-    if (r) return r;
-    kernel_call_free(&n->kernel);
-    n->kernel = k;
-    return OK;
+    return set_kernel(n, p);
 }
 static CUresult f_cuGraphExecMemsetNodeSetParams(CUgraphExec he, CUgraphNode hn, const CUDA_MEMSET_NODE_PARAMS *p,
                                                  CUcontext c) {
