@@ -286,9 +286,13 @@ static CUresult f_cuModuleLoadData(CUmodule *m, const void *image) {
 }
 static CUresult f_cuModuleUnload(CUmodule m) {
     CHECK(m && ((Module *)m)->loaded, CUDA_ERROR_INVALID_HANDLE);
-    ((Module *)m)->loaded = 0;
-    free(((Module *)m)->elf);
-    ((Module *)m)->elf = NULL;
+    Module *mod = (Module *)m;
+    mod->loaded = 0;
+    for (size_t i = 0; i < mod->nglobals; i++) free(mod->globals[i]);
+    free(mod->globals);
+    free(mod->elf);
+    mod->globals = NULL;
+    mod->elf = NULL;
     return OK;
 }
 static CUresult f_cuModuleGetFunction(CUfunction *f, CUmodule hm, const char *name) {
@@ -307,13 +311,11 @@ static CUresult f_cuModuleGetFunction(CUfunction *f, CUmodule hm, const char *na
 static CUresult f_cuModuleGetGlobal(CUdeviceptr *d, size_t *bytes, CUmodule hm, const char *name) {
     Module *m = (Module *)hm;
     CHECK(m && m->loaded, CUDA_ERROR_INVALID_HANDLE);
-    const Elf64_Sym *sym = elf_symbol(m, name, NULL);
-    CHECK(sym && ELF64_ST_TYPE(sym->st_info) == STT_OBJECT, CUDA_ERROR_NOT_FOUND);
-    size_t n = sym->st_size ? sym->st_size : 1;
-    void *p = aligned_alloc(256, (n + 255) & ~(size_t)255);
-    memset(p, 0, n); /* zero-initialised, as in C */
+    size_t size;
+    void *p = module_global(m, name, &size);
+    CHECK(p, CUDA_ERROR_NOT_FOUND);
     if (d) *d = (CUdeviceptr)p;
-    if (bytes) *bytes = sym->st_size;
+    if (bytes) *bytes = size;
     return OK;
 }
 static CUresult f_cuFuncGetAttribute(int *v, CUfunction_attribute a, CUfunction f) {

@@ -25,6 +25,8 @@ typedef struct Module {
     int loaded;
     unsigned char *elf;
     size_t size;
+    void **globals; /* by symbol index: each __device__ variable's memory, made on first use */
+    size_t nglobals;
 } Module;
 typedef struct Function {
     Module *module;
@@ -46,6 +48,8 @@ typedef struct KernelCall {
 
 const Elf64_Sym *elf_symbol(const Module *m, const char *name, size_t *index);
 int function_layout(Function *f); /* parameters, registers, shared memory from the cubin; 0 on success */
+/* The __device__ variable `name`: the same memory at every call, holding its initial value; NULL if none. */
+void *module_global(Module *m, const char *name, size_t *bytes);
 CUresult kernel_call_make(KernelCall *k, const CUDA_KERNEL_NODE_PARAMS *p);
 void kernel_call_copy(KernelCall *dst, const KernelCall *src);
 void kernel_call_free(KernelCall *k);

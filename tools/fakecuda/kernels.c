@@ -49,6 +49,23 @@ const Elf64_Sym *elf_symbol(const Module *m, const char *name, size_t *index) {
     return NULL;
 }
 
+void *module_global(Module *m, const char *name, size_t *bytes) {
+    size_t index;
+    const Elf64_Sym *sym = elf_symbol(m, name, &index);
+    if (!sym || ELF64_ST_TYPE(sym->st_info) != STT_OBJECT) return NULL;
+    int n;
+    const Elf64_Shdr *sh = sections(m, &n);
+    if (!m->globals) m->globals = calloc(m->size / sizeof(Elf64_Sym) + 1, sizeof(void *)); /* >= symbols */
+    if (!m->globals[index]) {
+        size_t size = sym->st_size ? sym->st_size : 1;
+        m->globals[index] = calloc(1, (size + 255) & ~(size_t)255);       /* zero, as C's statics */
+        if (sym->st_shndx < n && sh[sym->st_shndx].sh_type != SHT_NOBITS) /* an initialiser */
+            memcpy(m->globals[index], m->elf + sh[sym->st_shndx].sh_offset + sym->st_value, sym->st_size);
+    }
+    *bytes = sym->st_size;
+    return m->globals[index];
+}
+
 /* .nv.info records: {u8 format, u8 attribute, u16 value or payload size}, payload only for format 4. */
 enum {
     EIFMT_SVAL = 4,
