@@ -153,6 +153,40 @@ static CUresult f_cuDeviceGraphMemTrim(CUdevice d) {
 static CUresult f_cuProfiler(void) { return OK; }
 
 /* ---- memory ---- */
+/* Live allocations (pointer -> bytes), open addressing: a free of anything else is refused as the driver refuses
+ * it, and cuMemGetInfo follows what is live. */
+static struct {
+    uintptr_t ptr;
+    size_t bytes;
+} *live;
+static size_t live_cap, live_n;
+#define TOMB ((uintptr_t)1)
+static size_t slot(uintptr_t p, size_t i) { return ((p >> 8) * 0x9E3779B97F4A7C15ull + i) & (live_cap - 1); }
+static void live_add(uintptr_t p, size_t bytes) {
+    if (2 * (live_n + 1) > live_cap) { /* grow and rehash */
+        size_t old_cap = live_cap;
+        __typeof__(live) old = live;
+        live_cap = live_cap ? 2 * live_cap : 1024;
+        live = zalloc(live_cap * sizeof *live);
+        live_n = 0;
+        for (size_t i = 0; i < old_cap; i++)
+            if (old[i].ptr > TOMB) live_add(old[i].ptr, old[i].bytes);
+        free(old);
+    }
+    size_t i = 0;
+    while (live[slot(p, i)].ptr > TOMB) i++;
+    live[slot(p, i)].ptr = p;
+    live[slot(p, i)].bytes = bytes;
+    live_n++;
+}
+static size_t live_remove(uintptr_t p) { /* its bytes, or 0 when p is not a live allocation */
+    for (size_t i = 0; live_cap && i < live_cap && live[slot(p, i)].ptr; i++)
+        if (live[slot(p, i)].ptr == p) {
+            live[slot(p, i)].ptr = TOMB;
+            return live[slot(p, i)].bytes;
+        }
+    return 0;
+}
 static CUresult f_cuMemAlloc(CUdeviceptr *p, size_t n) {
     CUresult r = refuse_in_global_capture(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
     if (r) return r;
@@ -161,13 +195,17 @@ static CUresult f_cuMemAlloc(CUdeviceptr *p, size_t n) {
     CHECK(m, CUDA_ERROR_OUT_OF_MEMORY);
     memset(m, 0xA5, n); /* never zero: a kernel that "reads what nobody wrote" must not look right */
     *p = (CUdeviceptr)m;
+    live_add((uintptr_t)m, n);
     bytes_in_use += n;
     return OK;
 }
 static CUresult f_cuMemFree(CUdeviceptr p) {
     CUresult r = refuse_in_global_capture(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
     if (r) return r;
+    size_t n = live_remove((uintptr_t)p);
+    CHECK(n, CUDA_ERROR_INVALID_VALUE);
     free((void *)p);
+    bytes_in_use -= n;
     return OK;
 }
 static CUresult f_cuMemGetInfo(size_t *free_b, size_t *total) {
@@ -347,7 +385,7 @@ static CUresult f_cuFuncGetAttribute(int *v, CUfunction_attribute a, CUfunction 
 static CUresult f_cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v) {
     CHECK(f, CUDA_ERROR_INVALID_HANDLE);
     if (a == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
-        CHECK(v >= 0 && v <= 232448, CUDA_ERROR_INVALID_VALUE);
+        CHECK(v >= 0 && v <= 232448 - ((Function *)f)->static_smem, CUDA_ERROR_INVALID_VALUE); /* opt-in limit */
         ((Function *)f)->max_dynamic_smem = v;
     }
     return OK;
@@ -374,8 +412,7 @@ CUresult make_call(KernelCall *k, const CUDA_KERNEL_NODE_PARAMS *p) {
     CHECK(p->blockDimZ <= 64 && p->gridDimY <= 65535 && p->gridDimZ <= 65535, CUDA_ERROR_INVALID_VALUE);
     CHECK((unsigned long long)p->blockDimX * p->blockDimY * p->blockDimZ <= (unsigned)f->max_threads,
           CUDA_ERROR_INVALID_VALUE);
-    CHECK(p->sharedMemBytes + f->static_smem <= 49152 || (int)p->sharedMemBytes <= f->max_dynamic_smem,
-          CUDA_ERROR_INVALID_VALUE);
+    CHECK((int)p->sharedMemBytes <= f->max_dynamic_smem, CUDA_ERROR_INVALID_VALUE);
     CHECK(p->sharedMemBytes + f->static_smem <= 232448, CUDA_ERROR_INVALID_VALUE);
     CHECK(!(p->kernelParams && p->extra), CUDA_ERROR_INVALID_VALUE);
     return kernel_call_make(k, p);

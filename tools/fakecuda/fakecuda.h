@@ -85,6 +85,7 @@ struct Graph {
     Node **nodes;
     size_t n, cap;
     Node *parent;
+    int capturing; /* captures writing into it: it may not be destroyed, nor its nodes removed */
 };
 /* An executable owns a clone of its graph (the driver's copy): the source graph may be changed or destroyed.
  * `names` are the source's node handles, which per-node updates name; they are compared, never followed. */
@@ -97,7 +98,7 @@ typedef struct Stream {
     Capture *cap;
     Node **deps;
     size_t ndeps;
-    int joined, destroyed;
+    int joined, destroyed, blocking;
     CUgraphEdgeData *edges;
 } Stream;
 struct Capture {
@@ -108,7 +109,7 @@ struct Capture {
 };
 typedef struct Event {
     double t;
-    int recorded;
+    int recorded, timing;
     Capture *cap;
     Stream *from;
     Node **deps;
@@ -131,6 +132,9 @@ KernelCall *device_node(void *dev_node, int **disabled);
 CUresult stream_work(CUstream hs, CUgraphNodeType type, Node **out); /* node when capturing, else NULL */
 /* In a global-mode capture a synchronous or legacy-stream call answers `err` and invalidates the captures. */
 CUresult refuse_in_global_capture(CUresult err);
+/* Work on the legacy stream waits for every blocking stream: refused (IMPLICIT) while one is capturing, and the
+ * captures it would join are invalidated. */
+CUresult legacy_work(void);
 /* ---- device.c ---- */
 CUresult make_call(KernelCall *k, const CUDA_KERNEL_NODE_PARAMS *p); /* the driver's launch checks */
 CUresult check_attribute(const KernelCall *k, CUlaunchAttributeID id, const CUlaunchAttributeValue *v);

@@ -67,6 +67,7 @@ static CUresult f_cuGraphCreate(CUgraph *g, unsigned flags) {
 }
 static CUresult f_cuGraphDestroy(CUgraph g) {
     CHECK(g, CUDA_ERROR_INVALID_VALUE);
+    CHECK(!((Graph *)g)->capturing, CUDA_ERROR_ILLEGAL_STATE); /* cuda.h: not while a capture writes into it */
     CHECK(!((Graph *)g)->parent, CUDA_ERROR_INVALID_VALUE);
     graph_free((Graph *)g);
     return OK;
@@ -281,6 +282,7 @@ static CUresult f_cuGraphNodeGetDependencies(CUgraphNode hn, CUgraphNode *deps, 
 static CUresult f_cuGraphDestroyNode(CUgraphNode hn) {
     Node *node = (Node *)hn;
     CHECK(node, CUDA_ERROR_INVALID_VALUE);
+    CHECK(!node->graph->capturing, CUDA_ERROR_ILLEGAL_STATE);
     Graph *g = node->graph;
     size_t j = 0;
     for (size_t i = 0; i < g->n; i++)
@@ -478,6 +480,7 @@ static CUresult f_cuGraphExecUpdate(CUgraphExec he, CUgraph hg, CUgraphExecUpdat
         }
         for (size_t d = 0; d < mine->ndeps; d++) {
             long j = index_in(e->own, mine->deps[d]);
+            if (j < 0) continue; /* defensive: a clone's edges stay inside it */
             if (!has_dep(g, new, j)) {
                 info->errorNode = (CUgraphNode)g->nodes[j];
                 return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;

@@ -125,7 +125,11 @@ int function_layout(Function *f) {
     for (int i = 0; i < n; i++)
         if (strcmp(section_name(f->module, &sh[i]), ".nv.info") == 0) records(f, &sh[i], global_info, &index);
     const Elf64_Shdr *shared = section(f->module, ".nv.shared.", f->name);
-    f->static_smem = shared ? (int)shared->sh_size : 0;
+    /* The section also holds the 1 KiB the system reserves per block when .nv.shared.reserved.0 exists; ptxas's
+     * (and the driver's) static size leaves it out. */
+    int reserved = shared && section(f->module, ".nv.shared.reserved.", "0") ? 1024 : 0;
+    f->static_smem = shared && (int)shared->sh_size > reserved ? (int)shared->sh_size - reserved : 0;
+    f->max_dynamic_smem = 49152 - f->static_smem; /* until cuFuncSetAttribute opts in to more */
     if (!f->regs) f->regs = 32;
     int by_regs = 65536 / (((f->regs * 32 + 255) / 256) * 256) * 32; /* 256-register allocation per warp */
     if (by_regs > 1024) by_regs = 1024;

@@ -17,8 +17,8 @@ static double now_ms(void) {
     return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
 }
 
-/* The capture-side rule every synchronous or legacy-stream call obeys: in a global-mode capture it is refused and
- * the capture is invalidated (the driver invalidates every capture it would have synchronised with). */
+/* Calls that are unsafe during a global-mode capture (an allocation, a context-wide synchronise) are refused and
+ * invalidate the global captures. */
 static Capture *captures[64];
 static int ncaptures;
 CUresult refuse_in_global_capture(CUresult err) {
@@ -28,13 +28,26 @@ CUresult refuse_in_global_capture(CUresult err) {
     return err;
 }
 
+static Stream *members[4096]; /* streams in a capture */
+static int nmembers;
+static int blocking_capture(int invalidate) {
+    int any = 0;
+    for (int i = 0; i < nmembers; i++)
+        if (members[i] && members[i]->blocking) {
+            any = 1;
+            if (invalidate) members[i]->cap->invalid = 1;
+        }
+    return any;
+}
+CUresult legacy_work(void) { return blocking_capture(1) ? CUDA_ERROR_STREAM_CAPTURE_IMPLICIT : OK; }
+
 /* Stream-ordered work: on a capturing stream it becomes a node after the stream's current dependencies; on a
  * plain stream it runs now (this machine has no queue).  Returns the node, or NULL when it ran eagerly. */
 CUresult stream_work(CUstream hs, CUgraphNodeType type, Node **out) {
     Stream *s = S(hs);
     *out = NULL;
     if (s && s->destroyed) return CUDA_ERROR_INVALID_HANDLE;
-    if (!s) return refuse_in_global_capture(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+    if (!s) return legacy_work();
     if (!s->cap) return OK;
     if (s->cap->invalid) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     Node *n = graph_add(s->cap->graph, type, (const CUgraphNode *)s->deps, s->ndeps);
@@ -46,8 +59,9 @@ CUresult stream_work(CUstream hs, CUgraphNodeType type, Node **out) {
 
 /* ---- streams and capture ---- */
 static CUresult f_cuStreamCreate(CUstream *s, unsigned flags) {
-    (void)flags;
-    *s = zalloc(sizeof(Stream));
+    Stream *st = zalloc(sizeof(Stream));
+    st->blocking = !(flags & CU_STREAM_NON_BLOCKING);
+    *s = (CUstream)st;
     return OK;
 }
 static CUresult f_cuStreamCreateWithPriority(CUstream *s, unsigned flags, int prio) {
@@ -60,8 +74,6 @@ static void leave_capture(Stream *s) {
     s->deps = NULL;
     s->ndeps = 0;
 }
-static Stream *members[4096];
-static int nmembers;
 static void capture_members_leave(Capture *c) {
     for (int i = 0; i < nmembers; i++)
         if (members[i] && members[i]->cap == c) {
@@ -71,6 +83,7 @@ static void capture_members_leave(Capture *c) {
     for (int i = 0; i < ncaptures; i++)
         if (captures[i] == c) captures[i] = captures[--ncaptures];
     if (c->global) global_captures--;
+    c->graph->capturing--;
 }
 static void join(Stream *s, Capture *c) {
     s->cap = c;
@@ -85,8 +98,13 @@ static void join(Stream *s, Capture *c) {
 static CUresult f_cuStreamDestroy(CUstream hs) {
     Stream *s = S(hs);
     CHECK(s && !s->destroyed, CUDA_ERROR_INVALID_HANDLE);
-    if (s->cap) {
-        s->cap->invalid = 1;
+    Capture *c = s->cap;
+    if (c && c->origin == s) { /* the capture ends with its origin: nothing is left to end it */
+        capture_members_leave(c);
+        if (c->owns_graph) graph_free(c->graph);
+        c->ended = 1;
+    } else if (c) {
+        c->invalid = 1;
         for (int i = 0; i < nmembers; i++)
             if (members[i] == s) members[i] = 0;
         leave_capture(s);
@@ -101,7 +119,7 @@ static CUresult sync_stream(CUstream hs) {
         s->cap->invalid = 1;
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     }
-    if (!s) return refuse_in_global_capture(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+    if (!s) return legacy_work();
     return OK;
 }
 static CUresult f_cuStreamSynchronize(CUstream s) { return sync_stream(s); }
@@ -117,6 +135,7 @@ static CUresult begin(Stream *s, Graph *g, int owns, const CUgraphNode *deps, si
     c->global = mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
     global_captures += c->global;
     captures[ncaptures++] = c;
+    g->capturing++;
     join(s, c);
     node_list_copy(&s->deps, &s->ndeps, (Node *const *)deps, ndeps);
     return OK;
@@ -157,9 +176,9 @@ static CUresult f_cuStreamEndCapture(CUstream hs, CUgraph *out) {
 }
 static CUresult f_cuStreamIsCapturing(CUstream hs, CUstreamCaptureStatus *st) {
     Stream *s = S(hs);
-    if (!s) {
+    if (!s) { /* the legacy stream: refused while a blocking stream captures, which stays valid (cuda.h) */
         *st = CU_STREAM_CAPTURE_STATUS_NONE;
-        return refuse_in_global_capture(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+        return blocking_capture(0) ? CUDA_ERROR_STREAM_CAPTURE_IMPLICIT : OK;
     }
     CHECK(!s->destroyed, CUDA_ERROR_INVALID_HANDLE);
     *st = !s->cap           ? CU_STREAM_CAPTURE_STATUS_NONE
@@ -205,8 +224,9 @@ static CUresult f_cuStreamUpdateCaptureDependencies(CUstream hs, CUgraphNode *de
 
 /* ---- events ---- */
 static CUresult f_cuEventCreate(CUevent *e, unsigned flags) {
-    (void)flags;
-    *e = zalloc(sizeof(Event));
+    Event *ev = zalloc(sizeof(Event));
+    ev->timing = !(flags & CU_EVENT_DISABLE_TIMING);
+    *e = (CUevent)ev;
     return OK;
 }
 static CUresult f_cuEventDestroy(CUevent e) {
@@ -229,7 +249,7 @@ static CUresult f_cuEventRecord(CUevent he, CUstream hs) {
         return OK;
     }
     if (!s) {
-        CUresult r = refuse_in_global_capture(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+        CUresult r = legacy_work();
         if (r) return r;
     }
     e->cap = NULL;
@@ -249,7 +269,7 @@ static CUresult f_cuStreamWaitEvent(CUstream hs, CUevent he, unsigned flags) {
     if (s && s->destroyed) return CUDA_ERROR_INVALID_HANDLE;
     if (!e->cap || e->cap->ended) {
         if (s && s->cap) return OK; /* an event from outside the capture: no edge */
-        return s ? OK : refuse_in_global_capture(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+        return s ? OK : legacy_work();
     }
     if (e->cap->invalid) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     CHECK(s, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
@@ -289,13 +309,13 @@ static CUresult wait_host(CUevent he) {
 }
 static CUresult f_cuEventSynchronize(CUevent e) {
     CUresult r = wait_host(e);
-    return r ? r : refuse_in_global_capture(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+    return r ? r : legacy_work();
 }
 static CUresult f_cuEventQuery(CUevent e) { return wait_host(e); }
 static CUresult f_cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
     Event *x = (Event *)a, *y = (Event *)b;
     CHECK(x && y, CUDA_ERROR_INVALID_HANDLE);
-    CHECK(x->recorded && y->recorded, CUDA_ERROR_INVALID_HANDLE);
+    CHECK(x->recorded && y->recorded && x->timing && y->timing, CUDA_ERROR_INVALID_HANDLE);
     *ms = (float)(y->t - x->t);
     return OK;
 }
