@@ -1,10 +1,11 @@
 """The cubin's parameter sizes against the signatures read from the source (rawgraphs/cubin.py): every shipped
-kernel agrees, and a declaration a ``-D`` option changed is refused. No GPU needed."""
+kernel agrees, and a declaration a ``-D`` option changed is refused (on the CPU, and through Module.kernel)."""
 
 import pytest
 
 from rawgraphs.compiler import compile_file, compile_source, kernel_files
 from rawgraphs.cubin import check_signature, param_sizes
+from rawgraphs.kernel import Module
 from rawgraphs.model.decode import KERNEL_FILES
 from rawgraphs.signature import launchable, parse_signatures
 
@@ -43,6 +44,14 @@ def test_a_declaration_an_option_changed_is_refused():
     wide = param_sizes(compile_source(TWO_WAYS, "two_ways.cu", options=("-DWIDE",)).cubin)
     with pytest.raises(TypeError, match=r"\[8, 4, 4\] bytes, but the compiled kernel takes \[8, 8, 8\]"):
         check_signature(wide, "k", sig)
+
+
+@pytest.mark.gpu
+def test_a_declaration_an_option_changed_is_refused_by_module_kernel():
+    """The same refusal through Module.kernel (it loads the module, so it needs the driver); the plain build loads."""
+    with pytest.raises(TypeError, match=r"\[8, 4, 4\] bytes, but the compiled kernel takes \[8, 8, 8\]"):
+        Module.from_source(TWO_WAYS, "two_ways.cu", options=("-DWIDE",)).kernel("k")
+    assert str(Module.from_source(TWO_WAYS, "two_ways.cu").kernel("k").signature) == "k(out: ptr, n: i32, a: f32)"
 
 
 def test_not_a_cubin_is_refused():

@@ -17,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = ROOT / "tools" / "fakecuda"
 TESTS = ("test_graph_gpu.py", "test_capture_gpu.py", "test_conditional_gpu.py", "test_device_update_gpu.py",
-         "test_breakit.py", "test_kernel_gpu.py::test_a_declaration_an_option_changed_is_refused_by_name")
+         "test_breakit.py", "test_cubin.py::test_a_declaration_an_option_changed_is_refused_by_module_kernel")
 
 
 @pytest.fixture(scope="module")

@@ -217,19 +217,3 @@ def test_kernel_attributes_are_reported(basic):
     attrs = basic.kernel("axpb").attributes()
     assert 0 < attrs["registers"] <= 255 and attrs["local_bytes"] == 0 and attrs["max_threads"] >= 256
 
-
-TWO_WAYS = """
-#ifdef WIDE
-extern "C" __global__ void k(double* out, long long n, double a) { if (n) out[0] = a; }
-#else
-extern "C" __global__ void k(float* out, int n, float a) { if (n) out[0] = a; }
-#endif
-"""
-
-
-def test_a_declaration_an_option_changed_is_refused_by_name():
-    """rawgraphs reads the last declaration (float*, int, float); compiled with -DWIDE the kernel takes 8-byte
-    parameters, and the driver would read past the 4-byte fields. Module.kernel refuses it; the plain build loads."""
-    with pytest.raises(TypeError, match=r"\[8, 4, 4\] bytes, but the compiled kernel takes \[8, 8, 8\]"):
-        Module.from_source(TWO_WAYS, "two_ways.cu", options=("-DWIDE",)).kernel("k")
-    assert str(Module.from_source(TWO_WAYS, "two_ways.cu").kernel("k").signature) == "k(out: ptr, n: i32, a: f32)"
