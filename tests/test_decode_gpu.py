@@ -5,7 +5,7 @@ import pytest
 
 from rawgraphs.model import ModelConfig, ReferenceModel, Weights
 from rawgraphs.model.decode import DecodeModel
-from rawgraphs.model.generate import generate
+from rawgraphs.model.generate import generate, model_step
 
 pytestmark = pytest.mark.gpu
 LOGIT_TOL = 2e-2  # bf16 activations: max |gpu - ref| relative to max |ref| per step
@@ -55,20 +55,43 @@ HF_SHAPES = {"smollm": dict(dim=576, n_heads=9, n_kv_heads=3, ffn_dim=1536, tie_
              "llama3": dict(dim=1024, n_heads=8, n_kv_heads=2, ffn_dim=2816, rope_theta=500000.0)}
 
 
+def lockstep(model, ref, prompts, n_new, stream, starts):
+    """Both models stepped on the same inputs, the reference's tokens fed back (teacher forcing), so every step's
+    logits compare like for like: [(active rows, gpu tokens, gpu logits, ref tokens, ref logits)] per step."""
+    gpu_step, steps = model_step(model, len(prompts), stream), []
+
+    def step(tokens, positions, tables):
+        g = gpu_step(tokens, positions, tables)
+        r = ref.step(tokens, positions, tables)
+        steps.append((positions >= 0, g, model.read_logits(len(tokens)).copy(), r, ref.logits))
+        return r
+
+    generate(model, prompts, n_new, starts=starts, step=step)
+    return steps
+
+
 @pytest.mark.parametrize("B", [1, 2, 8])  # gemv, gemv_rows, gemv_mma
 @pytest.mark.parametrize("shape", sorted(HF_SHAPES))
 def test_checkpoint_shapes_match_float64_reference(stream, rng, shape, B):
+    """Random weights at a 4096-token vocabulary give near-uniform logits, whose top two can sit closer than bf16's
+    error (Llama-3's shape flipped a greedy token at step 9 of 16 at B = 1 and at step 3 at B = 8, session 26), so
+    free-running token equality is the wrong check here. Teacher-forced instead: every step's logits within
+    LOGIT_TOL, and the GPU's token equal to the reference's wherever the reference's top-1 - top-2 gap exceeds
+    twice that row's measured logit error, which must be at least 3 in 4 rows."""
     cfg = ModelConfig(n_layers=2, vocab=4096, max_seq_len=512, **HF_SHAPES[shape])
     w = Weights.random(cfg, seed=17)
     model = DecodeModel(cfg, w, max_batch=B)
     prompts, starts = prompts_for(cfg, rng, B), [int(s) for s in rng.integers(0, 3, size=B)]
-    gpu = generate(model, prompts, 16, stream, starts=starts, keep_logits=True)
     ref = ReferenceStepper(cfg, w, model.num_blocks, model.max_blocks)
-    want = generate(ref, prompts, 16, starts=starts, keep_logits=True, step=ref.step)
-    assert gpu.tokens == want.tokens
-    for step, (g, r) in enumerate(zip(gpu.logits, want.logits)):
-        active = [b for b in range(B) if step >= starts[b]]
-        assert np.abs(g[active] - r[active]).max() / np.abs(r[active]).max() < LOGIT_TOL, step
+    decisive = rows = 0
+    for i, (active, g_tok, g, r_tok, r) in enumerate(lockstep(model, ref, prompts, 16, stream, starts)):
+        g, r = g[active], r[active]
+        assert np.abs(g - r).max() / np.abs(r).max() < LOGIT_TOL, i
+        top2 = np.sort(r, axis=1)[:, -2:]
+        clear = top2[:, 1] - top2[:, 0] > 2 * np.abs(g - r).max(axis=1)
+        assert (g_tok[active][clear] == r_tok[active][clear]).all(), i
+        decisive, rows = decisive + clear.sum(), rows + len(r)
+    assert decisive >= 0.75 * rows, f"only {decisive} of {rows} rows had a clear top token"
 
 
 @pytest.mark.parametrize("preset, B, n_new, pdl", [("tiny", 3, 24, True), ("tiny", 20, 6, True),
