@@ -965,8 +965,9 @@ __device__ __forceinline__ void gemv_unit_body(void* y, const bf16* __restrict__
     // R > 1: warp w of block b takes units w * blocks + b + i * groups, so the units left over after whole rounds
     // (units % groups) go to warp 0 of every block, then warp 1, ...: blocks differ by one unit at most (b * nwarps + w
     // gives them to every warp of the first blocks, whose SMs then carry up to nwarps more). H200, graph step at
-    // context 512, A/B, two rounds (session 27): 1b B = 2 750.0 -> 730.1 us, B = 3 1014.6 -> 1016.7; at R = 1 it
-    // was 594.5 -> 597.8 (1b), 197.2 -> 199.1 (small), so R = 1 keeps the block-major order.
+    // context 512, A/B, two rounds in each of two calls (session 27): 1b B = 2 750.0 -> 730.1 and 743.7 -> 728.2 us,
+    // small B = 2 278.6 -> 279.4 and 276.5 -> 275.1, 1b B = 3 1014.6 -> 1016.7; at R = 1 it was 594.5 -> 597.8 us
+    // (1b), 197.2 -> 199.1 (small), so R = 1 keeps the block-major order.
     const int group = R == 1 ? blockIdx.x * nwarps + warp : warp * gridDim.x + blockIdx.x;
     const int groups = gridDim.x * nwarps;
     const int chunks = (K + PIPE_CHUNK - 1) / PIPE_CHUNK, units = PAIRS ? N / 2 : N;
