@@ -216,4 +216,3 @@ def test_event_elapsed_time_is_positive(basic, stream):
 def test_kernel_attributes_are_reported(basic):
     attrs = basic.kernel("axpb").attributes()
     assert 0 < attrs["registers"] <= 255 and attrs["local_bytes"] == 0 and attrs["max_threads"] >= 256
-

@@ -480,7 +480,7 @@ static CUresult f_cuGraphExecUpdate(CUgraphExec he, CUgraph hg, CUgraphExecUpdat
         }
         for (size_t d = 0; d < mine->ndeps; d++) {
             long j = index_in(e->own, mine->deps[d]);
-            if (j < 0) continue; /* defensive: a clone's edges stay inside it */
+            if (j < 0) return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE; /* a clone's edges stay inside it: never skip */
             if (!has_dep(g, new, j)) {
                 info->errorNode = (CUgraphNode)g->nodes[j];
                 return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
