@@ -173,6 +173,24 @@ def test_compare_torch_target_is_read_against_the_plain_twin():
     assert "not measured" in compare_torch.target_line([r for r in rows if r["model"] == "small"])
 
 
+@pytest.mark.parametrize("preset,B", [("1b", 1), ("small", 8), ("tiny", 3)])
+def test_step_costs_launch_bytes_add_up_to_the_floors_step_bytes(preset, B):
+    """step_costs.py's bytes per launch, over the layers plus the LM head, are the bytes the decode floor counts
+    (rawgraphs.bench.bandwidth.step_bytes) less the two norms per layer and the final norm (a few KB it leaves out),
+    so its excess column is measured against the same floor as the decode benchmark's."""
+    sys.path.insert(0, str(BENCH / "diagnostics"))
+    from step_costs import launch_bytes
+
+    from rawgraphs.bench.bandwidth import step_bytes
+
+    cfg = ModelConfig.preset(preset)
+    nb = launch_bytes(cfg, B, 512)
+    layer = sum(v for k, v in nb.items() if k != "lm_head")
+    norms = 2 * cfg.dim * (2 * cfg.n_layers + 1)
+    assert cfg.n_layers * layer + nb["lm_head"] + norms == step_bytes(cfg, [512] * B)
+    assert nb["attention"] == 2 * B * 512 * cfg.kv_dim * 2
+
+
 def test_sass_same_as_ignores_label_numbering_only():
     """sass_count.py --same-as compares kernels with branch labels and internal call targets renumbered in order of
     first use (what differs between two compiles of the same code in different modules), and nothing else."""
