@@ -62,8 +62,8 @@ def main(preset: str = "1b", B: int = 1) -> None:
     nbytes = launch_bytes(cfg, B, CONTEXT)
     print(f"{preset} B={B}, context {CONTEXT}: {len(launches)} launches, step {whole:.1f} us; copy bandwidth "
           f"{gbs:.0f} GB/s")
-    print(f"  {'without':40s} {'n':>5s} {'step us':>8s} {'us/launch':>10s} {'MB/launch':>10s} {'bytes us':>9s} "
-          f"{'excess us':>10s}")
+    print(f"  {'kind (step without it)':40s} {'n':>5s} {'step us':>8s} {'us/launch':>10s} {'MB/launch':>10s} "
+          f"{'bytes us':>9s} {'excess us':>10s}")
     excess_layer = 0.0
     for k in dict.fromkeys(kind(ln.name) for ln in launches):  # in step order
         rest = [ln for ln in launches if kind(ln.name) != k]
