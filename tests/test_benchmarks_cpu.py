@@ -222,6 +222,22 @@ def test_sass_count_names_the_model_template_instantiations(capsys):
     assert any(i.startswith("EXIT") or " EXIT" in i for i in kernels["attention<128,1,true>"])
 
 
+def test_boundary_trace_splits_a_launchs_work_into_release_skew_and_block_time():
+    """boundary_trace.py's per-launch quantities from two traced launches (ns): the critical path to the next
+    release, the release skew, and a gemv's busy time per block, which with the skew bounds its work."""
+    sys.path.insert(0, str(BENCH / "diagnostics"))
+    from boundary_trace import boundaries
+
+    from rawgraphs.model.trace import RECORD, launch_spans
+
+    recs = np.array([(7, 0, 0, 1000, 3000, 0), (7, 1 << 32 | 1, 100, 1400, 4400, 50),  # gemv: busy 2000, 3000
+                     (8, 0, 2000, 5000, 0, 0), (8, 1, 2100, 5300, 0, 0)], dtype=RECORD)  # attention: no exits
+    (row,) = boundaries(launch_spans(recs, ["L0.gate_up", "L0.attention"]))
+    assert row["kind"] == "gate_up" and row["critical"] == 4.0 and row["sits"] == 1.0 and row["skew"] == 0.4
+    assert row["work"] == 3.4 and row["tail"] == 1.4 and row["handoff"] == 0.6
+    assert (row["busy"], row["busy_max"]) == (2.5, 3.0) and row["work"] <= row["skew"] + row["busy_max"]
+
+
 def test_ab_trees_prepares_refs_and_the_working_tree_and_tabulates_rounds(tmp_path, monkeypatch):
     """ab_trees.py prepare extracts each ref (and "." with its untracked files) into scratch/ab/NAME with the
     baseline first; the table gives every round and each tree's median against the baseline's."""

@@ -14,11 +14,12 @@ def records(rows):
 
 def test_spans_group_by_grid_in_launch_order():
     recs = records([(9, 1 << 32 | 0, 1500, 1700, 0, 0), (7, 0, 1000, 1200, 1400, 900),
-                    (7, 3 << 32 | 1, 1100, 1250, 1450, 1050), (9, 2 << 32 | 1, 1600, 1800, 0, 0)])
+                    (7, 3 << 32 | 1, 1100, 1250, 1550, 1050), (9, 2 << 32 | 1, 1600, 1800, 0, 0)])
     a, b = launch_spans(recs, ["a", "b"])
-    assert a == ("a", 2, (0.0, 100.0), (200.0, 250.0), (400.0, 450.0), (-100.0, 50.0), 75.0)  # median of 100 and 50
+    # prologue: median of 100 and 50; busy: each block's release -> exit, 200 and 300 ns (median, longest)
+    assert a == ("a", 2, (0.0, 100.0), (200.0, 250.0), (400.0, 550.0), (-100.0, 50.0), 75.0, (250.0, 300.0))
     assert b.name == "b" and b.blocks == 2 and b.arrive == (500.0, 600.0) and b.release == (700.0, 800.0)
-    assert all(math.isnan(t) for t in b.exit + b.enter + (b.prologue,))  # no entry or exit times for b
+    assert all(math.isnan(t) for t in b.exit + b.enter + (b.prologue,) + b.busy)  # no entry or exit times for b
     with pytest.raises(ValueError, match="2 launches, the step has 3"):
         launch_spans(recs, ["a", "b", "c"])
 
@@ -61,6 +62,7 @@ def test_traced_step_records_every_block_and_changes_no_result(stream, rng):
             gemv_blocks += blocks
             assert s.exit[0] >= s.release[0] and s.exit[1] >= s.exit[0], ln.name
             assert s.enter[0] <= s.arrive[0] and s.enter[1] >= s.enter[0], ln.name
+            assert 0 < s.busy[0] <= s.busy[1] <= s.exit[1] - s.release[0], ln.name
         else:
             assert math.isnan(s.exit[0]) and math.isnan(s.enter[0]), ln.name
     assert gemv_blocks and np.count_nonzero(recs["exit"]) == np.count_nonzero(recs["entered"]) == gemv_blocks

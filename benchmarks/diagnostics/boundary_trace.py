@@ -8,10 +8,13 @@ The step (graph replay, B = 1, context 512) runs with kernels/pdl.cuh's trace co
   critical path through this launch (the per-kind sums add up to the step).
 - ``sits``: how long the first block waited at griddepcontrol.wait (how early PDL placed it).
 - ``late``: last block's arrival - first release: > 0 when blocks only found room after the previous launch.
+- ``skew``: last block's release - first block's release: how far apart the wait lets a launch's blocks go.
 - gemv only: ``work`` (first release -> last exit), ``tail`` (first exit -> last exit), ``handoff`` (last exit
   -> the next launch's first release: how long the GPU takes to let the next kernel go), ``placed`` (last block's
-  start - first release: > 0 when blocks only found room on an SM after the launch was let go) and ``prologue``
-  (median over blocks of start -> arrival at the wait: issuing the first cp.async ring).
+  start - first release: > 0 when blocks only found room on an SM after the launch was let go), ``prologue``
+  (median over blocks of start -> arrival at the wait: issuing the first cp.async ring), and ``busy`` /
+  ``busy_max`` (median and longest over blocks of the block's own release -> its exit): ``work`` is at most
+  ``skew`` + ``busy_max``, so the two tell a late release from a slow block.
 
 The traced step is timed beside an untraced model of the same weights, to show what the trace costs; the last
 replay's records go to ``boundary_trace_<preset>.npz`` (records, launch names) for a closer look.
@@ -42,11 +45,11 @@ def boundaries(spans) -> list[dict]:
     for s, nxt in zip(spans, spans[1:]):
         r = {"name": s.name, "kind": kind(s.name), "blocks": s.blocks,
              "critical": (nxt.release[0] - s.release[0]) / 1e3, "sits": (s.release[0] - s.arrive[0]) / 1e3,
-             "late": (s.arrive[1] - s.release[0]) / 1e3}
+             "late": (s.arrive[1] - s.release[0]) / 1e3, "skew": (s.release[1] - s.release[0]) / 1e3}
         if not np.isnan(s.exit[1]):
             r.update(work=(s.exit[1] - s.release[0]) / 1e3, tail=(s.exit[1] - s.exit[0]) / 1e3,
                      handoff=(nxt.release[0] - s.exit[1]) / 1e3, placed=(s.enter[1] - s.release[0]) / 1e3,
-                     prologue=s.prologue / 1e3)
+                     prologue=s.prologue / 1e3, busy=s.busy[0] / 1e3, busy_max=s.busy[1] / 1e3)
         rows.append(r)
     return rows
 
@@ -88,7 +91,8 @@ def run(preset: str, B: int, stream: Stream, out) -> dict:
     by_kind = summarize(rows)
     print(f"{preset} B={B}, context {CONTEXT}: step {steps['plain']:.1f} us, traced {steps['traced']:.1f} us "
           f"({len(names)} launches; finest %globaltimer step seen {min(ticks)} ns)")
-    cols = ("per_step", "blocks", "critical", "sits", "late", "work", "tail", "handoff", "placed", "prologue")
+    cols = ("per_step", "blocks", "critical", "sits", "late", "skew", "work", "tail", "handoff", "placed", "prologue",
+            "busy", "busy_max")
     print("  " + " ".join(f"{c:>10s}" for c in ("kind",) + cols))
     for k, v in by_kind.items():
         print("  " + f"{k:>10s} " + " ".join(f"{v[c]:10.2f}" if c in v else f"{'-':>10s}" for c in cols))

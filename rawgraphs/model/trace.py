@@ -15,6 +15,7 @@ gaps.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -91,6 +92,7 @@ class LaunchSpan(NamedTuple):
     exit: tuple[float, float]     # first, last block done (gemv only)
     enter: tuple[float, float]    # first, last block started (gemv only)
     prologue: float               # median over blocks of start -> arrival at the wait (gemv only)
+    busy: tuple[float, float]     # median, longest over blocks of its own release -> its exit (gemv only)
 
 
 def launch_spans(records: np.ndarray, names) -> list[LaunchSpan]:
@@ -105,10 +107,12 @@ def launch_spans(records: np.ndarray, names) -> list[LaunchSpan]:
     spans = []
     for name, grid in zip(names, grids, strict=True):
         r = records[records["grid"] == grid]
-        started = r[r["entered"] != 0]
+        started, done = r[r["entered"] != 0], r[r["exit"] != 0]
+        busy = done["exit"].astype(np.int64) - done["released"].astype(np.int64)
         spans.append(LaunchSpan(name, len(r), _first_last(r["arrived"], t_ref), _first_last(r["released"], t_ref),
-                                _first_last(r["exit"][r["exit"] != 0], t_ref), _first_last(started["entered"], t_ref),
-                                _median_gap(started["entered"], started["arrived"])))
+                                _first_last(done["exit"], t_ref), _first_last(started["entered"], t_ref),
+                                _median_gap(started["entered"], started["arrived"]),
+                                (float(np.median(busy)), float(busy.max())) if len(busy) else (math.nan, math.nan)))
     return spans
 
 
