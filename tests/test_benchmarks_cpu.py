@@ -238,6 +238,28 @@ def test_boundary_trace_splits_a_launchs_work_into_release_skew_and_block_time()
     assert (row["busy"], row["busy_max"]) == (2.5, 3.0) and row["work"] <= row["skew"] + row["busy_max"]
 
 
+def test_block_placement_reads_a_launch_by_grid_thirds():
+    """block_placement.py: per kind, medians over layers of each grid third's entry / arrival / release / exit in us
+    from the launch's first release (blocks sorted by index, whatever the record order), and the exit spread."""
+    sys.path.insert(0, str(BENCH / "diagnostics"))
+    from block_placement import by_kind
+
+    from rawgraphs.model.trace import RECORD
+
+    rows = []
+    for layer, late in ((0, 2000), (1, 4000)):  # two layers of one kind; blocks 1 and 2 placed `late` ns later
+        g = 10 + layer
+        for blk, sm in ((2, 1), (0, 0), (1, 1)):  # records out of block order
+            shift = late if blk else 0
+            rows.append((g, sm << 32 | blk, 100 + shift, 1000 + shift, 5000 + shift, 50 + shift))
+    got = by_kind(np.array(rows, dtype=RECORD), ["L0.gate_up", "L1.gate_up"])["gate_up"]
+    assert got["entered"] == [-0.95, 2.05, 2.05] and got["arrived"] == [-0.9, 2.1, 2.1]  # medians of 2 and 4 us
+    assert got["released"] == [0.0, 3.0, 3.0] and got["exit"] == [4.0, 7.0, 7.0]
+    assert got["exit_p0_p50_p100"] == [4.0, 7.0, 7.0] and got["within_sm_sd"] == 0.0 and got["sm_mean_sd"] == 1.5
+    with pytest.raises(ValueError, match="2 launches, the names 1"):
+        by_kind(np.array(rows, dtype=RECORD), ["L0.gate_up"])
+
+
 def test_ab_trees_prepares_refs_and_the_working_tree_and_tabulates_rounds(tmp_path, monkeypatch):
     """ab_trees.py prepare extracts each ref (and "." with its untracked files) into scratch/ab/NAME with the
     baseline first; the table gives every round and each tree's median against the baseline's."""
