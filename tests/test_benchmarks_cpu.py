@@ -1,6 +1,7 @@
 """The decode benchmark scripts on the CPU: arguments, --help, the no-GPU exit, and their pure helpers."""
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -240,7 +241,8 @@ def test_boundary_trace_splits_a_launchs_work_into_release_skew_and_block_time()
 
 def test_block_placement_reads_a_launch_by_grid_thirds():
     """block_placement.py: per kind, medians over layers of each grid third's entry / arrival / release / exit in us
-    from the launch's first release (blocks sorted by index, whatever the record order), and the exit spread."""
+    from the launch's first release (blocks sorted by index, whatever the record order), the exit spread, and the
+    SMs by how many blocks they held with their last exit."""
     sys.path.insert(0, str(BENCH / "diagnostics"))
     from block_placement import by_kind
 
@@ -256,6 +258,9 @@ def test_block_placement_reads_a_launch_by_grid_thirds():
     assert got["entered"] == [-0.95, 2.05, 2.05] and got["arrived"] == [-0.9, 2.1, 2.1]  # medians of 2 and 4 us
     assert got["released"] == [0.0, 3.0, 3.0] and got["exit"] == [4.0, 7.0, 7.0]
     assert got["exit_p0_p50_p100"] == [4.0, 7.0, 7.0] and got["within_sm_sd"] == 0.0 and got["sm_mean_sd"] == 1.5
+    assert got["sms_holding"] == [130, 1, 1, 0, 0]  # SM 0 holds block 0, SM 1 blocks 1 and 2, the rest none
+    last = got["last_exit_holding"]
+    assert last[1:3] == [4.0, 7.0] and all(math.isnan(last[k]) for k in (0, 3, 4))
     with pytest.raises(ValueError, match="2 launches, the names 1"):
         by_kind(np.array(rows, dtype=RECORD), ["L0.gate_up"])
 

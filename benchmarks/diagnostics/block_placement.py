@@ -5,7 +5,9 @@ The block scheduler hands out blocks in index order, so a grid's first blocks ar
 previous launch (PDL), and the rest only as the previous launch's blocks leave. Per kind of launch (medians over
 the step's layers), in us from the launch's first release, for blocks [0, n/3), [n/3, 2n/3), [2n/3, n): median
 entry (gemv only), arrival at the PDL wait, release from it and exit (gemv only); then the exit spread: exits at
-p0 / p50 / p100, and the spread (standard deviation) of the SMs' mean exits against that within one SM.
+p0 / p50 / p100, and the spread (standard deviation) of the SMs' mean exits against that within one SM. Last, per
+gemv kind, the SMs by how many of the launch's blocks they held (0 to 4): how many SMs, and their last exit. Under
+a cap of 3 blocks per SM, a 256-block grid can leave 3 on some SMs and none on others, and the full SMs finish last.
 
 Run after boundary_trace.py, from the repository root (no GPU needed)::
 
@@ -16,6 +18,8 @@ import sys
 
 import numpy as np
 
+SMS_SEEN = 132  # SM ids counted (the H200's and H100's 132; blocks on higher ids are ignored there)
+MAX_PER_SM = 4  # gemv's blocks per SM by its registers alone
 
 def thirds(r: np.ndarray) -> dict:
     """One launch's records (``rawgraphs.model.trace.RECORD``) -> medians per third of the grid and exit spread."""
@@ -37,6 +41,12 @@ def thirds(r: np.ndarray) -> dict:
         out["exit_p0_p50_p100"] = [float(v) for v in np.percentile(ex, [0, 50, 100])]
         out["sm_mean_sd"] = float(np.std([ex[sm == s].mean() for s in sms]))
         out["within_sm_sd"] = float(np.mean([ex[sm == s].std() for s in sms]))
+        held = np.bincount(sm.astype(np.int64), minlength=SMS_SEEN)[:SMS_SEEN]  # blocks per SM id
+        last = np.zeros(SMS_SEEN)
+        np.maximum.at(last, sm.astype(np.int64), ex)
+        out["sms_holding"] = [float(np.count_nonzero(held == k)) for k in range(MAX_PER_SM + 1)]
+        out["last_exit_holding"] = [float(np.median(last[held == k])) if k and (held == k).any() else float("nan")
+                                    for k in range(MAX_PER_SM + 1)]
     return out
 
 
@@ -48,20 +58,34 @@ def by_kind(records: np.ndarray, names) -> dict:
     kinds: dict[str, list[dict]] = {}
     for name, g in zip(names, grids, strict=True):
         kinds.setdefault(str(name).split(".")[-1], []).append(thirds(records[records["grid"] == g]))
-    return {k: {f: np.median([row[f] for row in rows], axis=0).tolist() for f in rows[0]} for k, rows in kinds.items()}
+    return {k: {f: _median_columns([row[f] for row in rows]) for f in rows[0]} for k, rows in kinds.items()}
+
+
+def _median_columns(rows) -> list[float] | float:
+    """Median over launches of each column, NaNs left out (NaN where a column has no number)."""
+    a = np.asarray(rows, dtype=float)
+    cols = a.reshape(len(a), -1).T
+    med = [float(np.median(c[~np.isnan(c)])) if (~np.isnan(c)).any() else float("nan") for c in cols]
+    return med if a.ndim > 1 else med[0]
 
 
 def main(paths: list[str]) -> None:
     for path in paths:
         z = np.load(path)
+        kinds = by_kind(z["records"], list(z["names"]))
         print(f"{path}: us from each launch's first release; entry / arrival / release / exit medians by grid third")
-        for kind, v in by_kind(z["records"], list(z["names"])).items():
+        for kind, v in kinds.items():
             cells = " | ".join(" ".join(f"{x:6.2f}" for x in v[f]) for f in ("entered", "arrived", "released", "exit"))
             line = f"  {kind:10s} {cells}"
             if "exit_p0_p50_p100" in v:
                 line += (" || exits " + " ".join(f"{x:6.2f}" for x in v["exit_p0_p50_p100"])
                          + f", SM means sd {v['sm_mean_sd']:.2f}, within an SM {v['within_sm_sd']:.2f}")
             print(line)
+        print("  SMs holding 0 / 1 / 2 / 3 / 4 blocks of the launch (median over layers), and their last exit (us)")
+        for kind, v in kinds.items():
+            if "sms_holding" in v:
+                print(f"  {kind:10s} " + " ".join(f"{x:4.0f}" for x in v["sms_holding"]) + " | "
+                      + " ".join(f"{x:6.2f}" for x in v["last_exit_holding"]))
 
 
 if __name__ == "__main__":
