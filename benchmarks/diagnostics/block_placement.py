@@ -18,8 +18,9 @@ import sys
 
 import numpy as np
 
-SMS_SEEN = 132  # SM ids counted (the H200's and H100's 132; blocks on higher ids are ignored there)
+SMS = 132  # the H200's and H100's SMs: an SM of these that holds no block of a launch still counts (as 0)
 MAX_PER_SM = 4  # gemv's blocks per SM by its registers alone
+
 
 def thirds(r: np.ndarray) -> dict:
     """One launch's records (``rawgraphs.model.trace.RECORD``) -> medians per third of the grid and exit spread."""
@@ -41,8 +42,8 @@ def thirds(r: np.ndarray) -> dict:
         out["exit_p0_p50_p100"] = [float(v) for v in np.percentile(ex, [0, 50, 100])]
         out["sm_mean_sd"] = float(np.std([ex[sm == s].mean() for s in sms]))
         out["within_sm_sd"] = float(np.mean([ex[sm == s].std() for s in sms]))
-        held = np.bincount(sm.astype(np.int64), minlength=SMS_SEEN)[:SMS_SEEN]  # blocks per SM id
-        last = np.zeros(SMS_SEEN)
+        held = np.bincount(sm.astype(np.int64), minlength=SMS)  # blocks per SM id
+        last = np.zeros(len(held))
         np.maximum.at(last, sm.astype(np.int64), ex)
         out["sms_holding"] = [float(np.count_nonzero(held == k)) for k in range(MAX_PER_SM + 1)]
         out["last_exit_holding"] = [float(np.median(last[held == k])) if k and (held == k).any() else float("nan")
