@@ -98,15 +98,18 @@ def _nvrtc_compile(source: str, name: str, headers: dict[str, str], options: tup
         for expr in names:
             check(nvrtc.nvrtcAddNameExpression(prog, expr.encode()), "nvrtcAddNameExpression")
         err, = nvrtc.nvrtcCompileProgram(prog, len(options), [o.encode() for o in options])
+        # NVRTC writes into the buffers it is given: they must be mutable and our own. `b" " * size` (the usual
+        # cuda-python idiom) is, for an empty log (size 1, the NUL), CPython's shared one-byte object b" ", and the
+        # NUL written into it made every later b" " in the process b"\x00" (NumPy's .npy header padding among them).
         size = check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-        log = b" " * size
-        check(nvrtc.nvrtcGetProgramLog(prog, log), "nvrtcGetProgramLog")
-        log = log.rstrip(b"\0 ").decode(errors="replace")
+        buf = bytearray(size)
+        check(nvrtc.nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
+        log = bytes(buf).rstrip(b"\0 ").decode(errors="replace")
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise CompileError(name, log, options)
-        size = check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
-        cubin = b" " * size
-        check(nvrtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
+        buf = bytearray(check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize"))
+        check(nvrtc.nvrtcGetCUBIN(prog, buf), "nvrtcGetCUBIN")
+        cubin = bytes(buf)
         lowered = {e: check(nvrtc.nvrtcGetLoweredName(prog, e.encode()), "nvrtcGetLoweredName").decode()
                    for e in names}
     finally:

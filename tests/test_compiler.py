@@ -1,9 +1,11 @@
 """NVRTC to cubin without a GPU: every shipped kernel, the cache, compile errors with file and line."""
 
+import io
 import os
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rawgraphs.compiler import compile_file, compile_source, kernel_files, resource_usage
@@ -24,6 +26,20 @@ def test_every_kernel_compiles_to_cubin(name, arch):
     prog = compile_file(name, arch=arch)
     assert prog.cubin[:4] == b"\x7fELF" and prog.arch == arch
     assert parse_signatures(kernel_files()[KERNELS.index(name)].read_text())  # it has entry points
+
+
+def test_compile_leaves_the_shared_one_byte_bytes_alone():
+    """A clean compile's log is one byte (its NUL): NVRTC must write it into a buffer of our own, not into
+    CPython's shared b" " (then every b" " * n in the process, NumPy's .npy header padding among them, is NULs)."""
+    prog = compile_source('extern "C" __global__ void k(float* o) { o[0] = 1.f; }', "k.cu", arch="sm_90",
+                          use_cache=False)
+    assert prog.log == "" and prog.cubin[:4] == b"\x7fELF"
+    n = 4  # a variable: `b" " * 4` would be folded when this file was compiled, before NVRTC ran
+    assert b" " * n == bytes([32, 32, 32, 32])
+    npy = io.BytesIO()
+    np.save(npy, np.arange(3))
+    head = npy.getvalue()[10:npy.getvalue().index(b"\n")]  # after magic, version and length: b" " * padlen ends it
+    assert head.endswith(b" ") and b"\0" not in head
 
 
 def test_second_compile_is_a_cache_hit_and_faster():
