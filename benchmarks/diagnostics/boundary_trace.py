@@ -16,7 +16,8 @@ The step (graph replay, B = 1, context 512) runs with kernels/pdl.cuh's trace co
   ``busy_max`` (median and longest over blocks of the block's own release -> its exit): ``work`` is at most
   ``skew`` + ``busy_max``, so the two tell a late release from a slow block.
 
-The traced step is timed beside an untraced model of the same weights, to show what the trace costs; the last
+The traced step is timed beside an untraced model of the same weights, to show what the trace costs (100-160 us on
+1b; it can reorder two variants of a kernel's grid, session 30: rank variants by the untraced A/B); the last
 replay's records go to ``boundary_trace_<preset>.npz`` (records, launch names) for a closer look.
 Run from the repository root: ``PYTHONPATH=.:benchmarks python3 benchmarks/diagnostics/boundary_trace.py``.
 """
