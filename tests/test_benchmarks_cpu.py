@@ -265,6 +265,28 @@ def test_block_placement_reads_a_launch_by_grid_thirds():
         by_kind(np.array(rows, dtype=RECORD), ["L0.gate_up"])
 
 
+def test_block_placement_tabulates_units_per_sm_of_the_unit_stream():
+    """block_placement.py --preset: each block's units from the unit stream's block-major order, and per SM load its
+    SMs and their last exit (us from the launch's first release); a launch whose plan is not the unit stream, or
+    records of another grid, are not guessed at."""
+    sys.path.insert(0, str(BENCH / "diagnostics"))
+    from block_placement import block_units, load_table
+
+    from rawgraphs.model.trace import RECORD
+
+    assert block_units(10, 2, warps=4).tolist() == [6, 4]  # groups 0, 1 own two units (g and g + 8), the rest one
+    gate_up = block_units(5632, 396)  # 1b gate_up: 5632 row pairs over 3168 warps
+    assert gate_up.sum() == 5632 and set(gate_up[:308]) == {16} and set(gate_up[308:]) == {8}
+    # 1b o_proj (256 blocks of 8 units): blocks 0-2 on SM 0, block 3 on SM 1; released at 1000 ns
+    rows = [(7, 0 << 32 | b, 500, 1000, 1000 + 1000 * t, 100) for b, t in ((0, 3), (1, 4), (2, 9))]
+    rows.append((7, 1 << 32 | 3, 500, 1000, 6000, 100))
+    assert load_table(np.array(rows, dtype=RECORD), ["L0.o_proj"], "1b") == {"o_proj": {8: (1, 5.0), 24: (1, 9.0)}}
+    assert load_table(np.array(rows, dtype=RECORD), ["L0.o_proj"], "small") == {}  # small's o: parts = 2
+    far = [(7, 0 << 32 | 300, 500, 1000, 2000, 100)]
+    with pytest.raises(ValueError, match="block 300 in the records, the 1b plan has 256"):
+        load_table(np.array(far, dtype=RECORD), ["L0.o_proj"], "1b")
+
+
 def test_ab_trees_prepares_refs_and_the_working_tree_and_tabulates_rounds(tmp_path, monkeypatch):
     """ab_trees.py prepare extracts each ref (and "." with its untracked files) into scratch/ab/NAME with the
     baseline first; the table gives every round and each tree's median against the baseline's."""

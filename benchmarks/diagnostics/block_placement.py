@@ -9,12 +9,18 @@ p0 / p50 / p100, and the spread (standard deviation) of the SMs' mean exits agai
 gemv kind, the SMs by how many of the launch's blocks they held (0 to 4): how many SMs, and their last exit. Under
 a cap of 3 blocks per SM, a 256-block grid can leave 3 on some SMs and none on others, and the full SMs finish last.
 
+With ``--preset NAME`` (the model the trace ran), each B = 1 projection that runs gemv's unit stream also gets its
+SMs by the units (weight rows, gate/up row pairs) their blocks held, from the stream's block-major order (warp w of
+block b owns units b * 8 + w + i * blocks * 8), and their last exit: how far an SM's load sets its finish. Session
+30 (H100): gate_up SMs at 24 / 32 / 40 / 48 units exited at 12.4 / 13.3 / 15.0 / 17.3 us, yet giving every block
+an even share did not make the step faster (benchmarks/NOTES.md).
+
 Run after boundary_trace.py, from the repository root (no GPU needed)::
 
-    python3 benchmarks/diagnostics/block_placement.py out/boundary_trace_1b.npz [more.npz ...]
+    PYTHONPATH=. python3 benchmarks/diagnostics/block_placement.py [--preset 1b] out/boundary_trace_1b.npz [...]
 """
 
-import sys
+import argparse
 
 import numpy as np
 
@@ -70,8 +76,59 @@ def _median_columns(rows) -> list[float] | float:
     return med if a.ndim > 1 else med[0]
 
 
-def main(paths: list[str]) -> None:
-    for path in paths:
+def unit_kinds(preset: str) -> dict[str, tuple[int, int, str]]:
+    """The B = 1 projections of ``preset`` as ``{kind: (N, K, out)}`` (gemv_plan's arguments)."""
+    from rawgraphs.model import ModelConfig
+
+    c = ModelConfig.preset(preset)
+    return {"qkv": (c.qkv_dim, c.dim, "bf16"), "o_proj": (c.dim, c.q_dim, "residual"),
+            "gate_up": (2 * c.ffn_dim, c.dim, "silu"), "down": (c.dim, c.ffn_dim, "residual"),
+            "lm_head": (c.vocab, c.dim, "f32")}
+
+
+def block_units(units: int, blocks: int, warps: int = 8) -> np.ndarray:
+    """Units each block of the unit stream owns: warp w of block b takes units b * warps + w + i * blocks * warps."""
+    g = np.arange(blocks * warps)
+    per_group = np.where(g < units, (units - 1 - g) // (blocks * warps) + 1, 0)
+    return per_group.reshape(blocks, warps).sum(axis=1)
+
+
+def load_table(records: np.ndarray, names, preset: str) -> dict[str, dict[int, tuple[int, float]]]:
+    """Per unit-stream kind: ``{units an SM held: (SMs, median of their last exits in us)}``, medians over the
+    kind's launches (us from each launch's first release); kinds whose plan is not the unit stream are left out."""
+    from rawgraphs.model.plans import gemv_plan
+
+    shapes, rows = unit_kinds(preset), {}
+    for name, g in zip(names, np.unique(records["grid"]), strict=True):
+        kind = str(name).split(".")[-1]
+        if kind not in shapes:
+            continue
+        N, K, out = shapes[kind]
+        plan = gemv_plan(1, N, K, out)
+        r = records[(records["grid"] == g) & (records["exit"] != 0)]
+        if plan.parts != 1 or plan.splits != 1 or not len(r):
+            continue
+        blocks = plan.grid[0]
+        units = block_units(N // 2 if out == "silu" else N, blocks)
+        blk, sm = (r["where"] & 0xFFFFFFFF).astype(np.int64), (r["where"] >> 32).astype(np.int64)
+        if blk.max() >= blocks:
+            raise ValueError(f"{name}: block {blk.max()} in the records, the {preset} plan has {blocks}")
+        load = np.bincount(sm, weights=units[blk], minlength=SMS).astype(np.int64)
+        last = np.zeros(len(load))
+        np.maximum.at(last, sm, (r["exit"].astype(np.int64) - int(r["released"].min())) / 1e3)
+        for u in np.unique(load[load > 0]):
+            rows.setdefault(kind, {}).setdefault(int(u), []).append((int((load == u).sum()),
+                                                                     float(np.median(last[load == u]))))
+    return {k: {u: (int(np.median([n for n, _ in v])), float(np.median([t for _, t in v])))
+                for u, v in sorted(d.items())} for k, d in rows.items()}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--preset", help="the model the trace ran (tiny, small, 1b): adds the per-SM units table")
+    ap.add_argument("paths", nargs="+")
+    args = ap.parse_args(argv)
+    for path in args.paths:
         z = np.load(path)
         kinds = by_kind(z["records"], list(z["names"]))
         print(f"{path}: us from each launch's first release; entry / arrival / release / exit medians by grid third")
@@ -87,7 +144,11 @@ def main(paths: list[str]) -> None:
             if "sms_holding" in v:
                 print(f"  {kind:10s} " + " ".join(f"{x:4.0f}" for x in v["sms_holding"]) + " | "
                       + " ".join(f"{x:6.2f}" for x in v["last_exit_holding"]))
+        if args.preset:
+            print(f"  unit stream ({args.preset}): units an SM held -> SMs, their last exit (us), medians over layers")
+            for kind, table in load_table(z["records"], list(z["names"]), args.preset).items():
+                print(f"  {kind:10s} " + "  ".join(f"{u}: {n} SMs {t:.2f}" for u, (n, t) in table.items()))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()
