@@ -24,7 +24,8 @@ import argparse
 
 import numpy as np
 
-SMS = 132  # the H200's and H100's SMs: an SM of these that holds no block of a launch still counts (as 0)
+from rawgraphs.model.plans import SMS  # the H200's and H100's: an SM that holds no block of a launch counts (as 0)
+
 MAX_PER_SM = 4  # gemv's blocks per SM by its registers alone
 
 
@@ -76,16 +77,6 @@ def _median_columns(rows) -> list[float] | float:
     return med if a.ndim > 1 else med[0]
 
 
-def unit_kinds(preset: str) -> dict[str, tuple[int, int, str]]:
-    """The B = 1 projections of ``preset`` as ``{kind: (N, K, out)}`` (gemv_plan's arguments)."""
-    from rawgraphs.model import ModelConfig
-
-    c = ModelConfig.preset(preset)
-    return {"qkv": (c.qkv_dim, c.dim, "bf16"), "o_proj": (c.dim, c.q_dim, "residual"),
-            "gate_up": (2 * c.ffn_dim, c.dim, "silu"), "down": (c.dim, c.ffn_dim, "residual"),
-            "lm_head": (c.vocab, c.dim, "f32")}
-
-
 def block_units(units: int, blocks: int, warps: int = 8) -> np.ndarray:
     """Units each block of the unit stream owns: warp w of block b takes units b * warps + w + i * blocks * warps."""
     g = np.arange(blocks * warps)
@@ -93,32 +84,39 @@ def block_units(units: int, blocks: int, warps: int = 8) -> np.ndarray:
     return per_group.reshape(blocks, warps).sum(axis=1)
 
 
+def unit_streams(preset: str) -> dict[str, tuple[int, int]]:
+    """``{launch name: (units, blocks)}`` of the B = 1 step's gemv launches that run the unit stream (one warp per
+    unit, one K range: gemv.cu's condition), from the step's own launch plan (no GPU)."""
+    from rawgraphs.model import ModelConfig
+    from rawgraphs.model.decode import DecodeModel
+    from rawgraphs.model.plans import OUT_MODES
+
+    out = {}
+    for ln in DecodeModel(ModelConfig.preset(preset), None, max_batch=1, plan_only=True).step_launches(1):
+        a = ln.args
+        if ln.kernel.name == "gemv" and a["parts"] == 1 and ln.shape.grid[1] == 1 and a["k_chunk"] >= a["K"]:
+            out[ln.name] = (a["N"] // 2 if a["mode"] == OUT_MODES["silu"] else a["N"], ln.shape.grid[0])
+    return out
+
+
 def load_table(records: np.ndarray, names, preset: str) -> dict[str, dict[int, tuple[int, float]]]:
     """Per unit-stream kind: ``{units an SM held: (SMs, median of their last exits in us)}``, medians over the
-    kind's launches (us from each launch's first release); kinds whose plan is not the unit stream are left out."""
-    from rawgraphs.model.plans import gemv_plan
-
-    shapes, rows = unit_kinds(preset), {}
+    kind's launches (us from each launch's first release); launches that do not run the unit stream are left out."""
+    streams, rows = unit_streams(preset), {}
     for name, g in zip(names, np.unique(records["grid"]), strict=True):
-        kind = str(name).split(".")[-1]
-        if kind not in shapes:
-            continue
-        N, K, out = shapes[kind]
-        plan = gemv_plan(1, N, K, out)
         r = records[(records["grid"] == g) & (records["exit"] != 0)]
-        if plan.parts != 1 or plan.splits != 1 or not len(r):
+        if str(name) not in streams or not len(r):
             continue
-        blocks = plan.grid[0]
-        units = block_units(N // 2 if out == "silu" else N, blocks)
+        n_units, blocks = streams[str(name)]
         blk, sm = (r["where"] & 0xFFFFFFFF).astype(np.int64), (r["where"] >> 32).astype(np.int64)
         if blk.max() >= blocks:
             raise ValueError(f"{name}: block {blk.max()} in the records, the {preset} plan has {blocks}")
-        load = np.bincount(sm, weights=units[blk], minlength=SMS).astype(np.int64)
+        load = np.bincount(sm, weights=block_units(n_units, blocks)[blk], minlength=SMS).astype(np.int64)
         last = np.zeros(len(load))
         np.maximum.at(last, sm, (r["exit"].astype(np.int64) - int(r["released"].min())) / 1e3)
         for u in np.unique(load[load > 0]):
-            rows.setdefault(kind, {}).setdefault(int(u), []).append((int((load == u).sum()),
-                                                                     float(np.median(last[load == u]))))
+            rows.setdefault(str(name).split(".")[-1], {}).setdefault(int(u), []).append(
+                (int((load == u).sum()), float(np.median(last[load == u]))))
     return {k: {u: (int(np.median([n for n, _ in v])), float(np.median([t for _, t in v])))
                 for u, v in sorted(d.items())} for k, d in rows.items()}
 
