@@ -10,8 +10,9 @@ alternating so the host and the GPU's state are shared::
       AB_TAG=new PYTHONPATH=.:benchmarks python3 benchmarks/diagnostics/ab_steps.py
     done
 
-Environment: ``AB_BATCHES`` (default ``1,2,3,4``), ``AB_PRESETS`` (default ``small,1b``), ``AB_TAG`` (names the tree
-in the output). Run from a tree's root. Calls differ by ~3 us at B = 1 on the H200; compare within one call.
+Environment: ``AB_BATCHES`` (default ``1,2,3,4``), ``AB_PRESETS`` (default ``small,1b``), ``AB_CONTEXT`` (default
+512: every row's context), ``AB_TAG`` (names the tree in the output). Run from a tree's root. Calls differ by ~3 us
+at B = 1 on the H200; compare within one call.
 """
 
 import json
@@ -30,16 +31,17 @@ from rawgraphs.context import Stream
 
 def main() -> None:
     batches = [int(b) for b in os.environ.get("AB_BATCHES", "1,2,3,4").split(",")]
+    context = int(os.environ.get("AB_CONTEXT", CONTEXT))
     stream = Stream.create()
     for preset in os.environ.get("AB_PRESETS", "small,1b").split(","):
-        model = build_model(preset, max(batches), CONTEXT + 16)
+        model = build_model(preset, max(batches), context + 16)
         rng = np.random.default_rng(0)
         fill_kv_random(model, rng)
         for B in batches:
-            model.set_inputs(*step_inputs(model, B, CONTEXT, rng), stream)
+            model.set_inputs(*step_inputs(model, B, context, rng), stream)
             launches = model.step_launches(B)
             kinds = sorted({ln.kernel.name for ln in launches})
-            print(json.dumps({"tag": os.environ.get("AB_TAG", "?"), "preset": preset, "B": B,
+            print(json.dumps({"tag": os.environ.get("AB_TAG", "?"), "preset": preset, "B": B, "context": context,
                               "us": round(replay_us(launches, stream), 1), "kernels": kinds}), flush=True)
         del model
 

@@ -10,7 +10,10 @@ On the device, from the repository root (the first tree prepared is the baseline
 
     python3 benchmarks/diagnostics/ab_trees.py run --batches 17,24,64 --rounds 2 [--presets small,1b] [--deadline 240]
 
-Calls differ by ~3 us at B = 1 on the H200 and rounds within a call by ~0.5%: compare trees within one call only.
+``AB_CONTEXT=2048`` in the environment times every tree at that context instead (trees whose ``ab_steps.py`` reads
+it: from session 31 on). Calls differ by ~3 us at B = 1 on the H200 and rounds within a call by ~0.5%: compare trees
+within one call only.
+
 ``--deadline`` (seconds) fits the run into a device call's budget: a tree's run starts only if the longest finished
 run so far still fits, its timeout is cut to what is left, and the table of the rounds that ran is printed either way
 (a shell ``timeout`` around the whole run would lose it).
