@@ -5,14 +5,19 @@ For `small` and `1b` (random weights, random KV history at context 512), B = 1 a
   (a) loop    DeviceLoop with an EOS that never comes, so it runs N steps in one launch;
   (b) replay  N launches of a captured single-step graph, fed back on the host like a real decode loop
               (set_inputs + launch + read_tokens per step);
-  (c) eager   the same host loop with eager launches.
+  (c) eager   the same host loop with eager launches;
+  (d) resident  ResidentLoop: one graph launch serves every run; a run is one store to a doorbell in pinned
+              memory (the inputs staged once before: the same host work as resuming from the device's state);
+  (e) resident + staging  the same, each run staging its inputs again (checked, into pinned memory) first.
 
 GPU time per token: for the loop, CUDA events around one launch of the N-token graph (inputs staged before),
 queued behind a blocker kernel so the launch's host latency stays out of the span (rawgraphs.bench.Blocker);
 for (b) and (c), events around the whole host-driven run (host gaps between steps count: they are what a
-host loop costs the GPU). Each / N. Host time per token: perf_counter around the enqueue part only
-(set_inputs + launches; the waits excluded) / N, and the process CPU time (time.process_time, which includes
-spinning in synchronize) / N. The loop's and the host loop's tokens are checked equal before timing.
+host loop costs the GPU); for (d) and (e), the resident graph's own globaltimer span from seeing the bell to
+its results (it holds the stream, so no event can be queued around a run). Each / N. Host time per token:
+perf_counter around the enqueue part only (set_inputs + launches, or the staging and the ring; the waits
+excluded) / N, and the process CPU time (time.process_time, which includes spinning in synchronize or on the
+acknowledgement) / N. Every method's tokens are checked equal to the host loop's.
 Reference: GPU time of back-to-back replays of the step graph (CUDA events, median) at the contexts the loop
 visits (its step i runs at context 512 + i: the replay is timed at the middle step of every 64 and averaged,
 weighted by the steps each stands for), so a longer run's growing attention is on both sides. A second reference
@@ -22,7 +27,7 @@ replay nor a WHILE iteration can (session 22: one queued replay 1.003-1.012x the
 1.005-1.035x), so the loop's own cost per iteration is its ratio to the one-replay reference.
 
 Targets: loop GPU time per token <= 1.03x the back-to-back replay (the stricter of the two references);
-loop host (enqueue) time per token <= 0.2 us at N = 128.
+loop host (enqueue) time per token <= 0.2 us at N = 128 (judged for (a), (d) and (e) each).
 
 Run: ``python benchmarks/device_loop.py [--out DIR] [--quick]`` (--quick: `small`, N = 16, 128); prints a
 table, writes ``DIR/device_loop.json`` and ``DIR/device_loop.png`` (host us per token vs N, B = 1).
@@ -56,6 +61,7 @@ from rawgraphs.bench import Blocker, format_table, make_row, plot_lines, time_gp
 from rawgraphs.context import Event, Stream, device
 from rawgraphs.model.decode import DecodeModel
 from rawgraphs.model.loop import DeviceLoop
+from rawgraphs.model.resident import ResidentLoop
 
 BATCHES = (1, 8)
 EOS_NEVER = -5  # no token id is negative: the loop runs all N steps
@@ -164,6 +170,24 @@ def references(model: DecodeModel, exe, inputs, N: int, stream: Stream, hold: Bl
     return b2b, one
 
 
+def measure_resident(model: DecodeModel, B: int, N: int, inputs, stream: Stream, n_runs: int,
+                     stage: bool) -> tuple[list[Run], int]:
+    """One warm-up request that stages ``inputs``, then ``n_runs`` timed requests (each staging them again if
+    ``stage``, else decoding from the staged ones); GPU ms from the graph's globaltimer span. Returns the runs and
+    the graph launches they took (1 unless it went idle between them)."""
+    with ResidentLoop(model, B, N, eos=EOS_NEVER, stream=stream) as loop:
+        loop.run(*inputs)
+        runs = []
+        for _ in range(n_runs):
+            c0 = time.process_time()
+            t0 = time.perf_counter()
+            loop.submit(*(inputs if stage else ()))
+            enqueue = time.perf_counter() - t0
+            loop.wait()
+            runs.append(Run(loop.gpu_ns * 1e-6, enqueue, time.process_time() - c0, loop.h_out.array.copy()))
+    return runs, loop.launches
+
+
 def measure(body, stream: Stream, n_runs: int) -> list[Run]:
     """One warm-up run, then ``n_runs`` timed runs."""
     timed(body, stream)
@@ -197,9 +221,12 @@ def main(argv: list[str] | None = None) -> int:
                           "(b) replay": host_loop(model, lambda exe=exe: exe.launch(stream), inputs, N, stream),
                           "(c) eager": host_loop(model, lambda B=B, m=model: m.run_eager(B, stream), inputs, N, stream)}
                 runs = {m: measure(body, stream, repeats(opts.quick)) for m, body in bodies.items()}
+                for m, stage in (("(d) resident", False), ("(e) resident + staging", True)):
+                    runs[m], launches = measure_resident(model, B, N, inputs, stream, repeats(opts.quick), stage)
+                    checks(launches == 1, f"{preset} B={B} N={N} {m}: one graph launch served every run")
                 want = runs["(b) replay"][0].tokens
                 checks(all(np.array_equal(r.tokens, want) for rs in runs.values() for r in rs),
-                       f"{preset} B={B} N={N}: loop, replay and eager give the same {N} x {B} tokens")
+                       f"{preset} B={B} N={N}: loop, replay, eager and resident give the same {N} x {B} tokens")
                 ref_us, one_us = references(model, exe, inputs, N, stream, hold, opts.quick)
                 loop_gpu = [us / N for us in loop_gpu_us(loop, inputs, stream, hold, repeats(opts.quick))]
                 for method, rs in runs.items():
@@ -227,8 +254,9 @@ def main(argv: list[str] | None = None) -> int:
                                "x replay", "one replay us", "x one replay", "host enqueue us/token",
                                "process CPU us/token"],
                        title=f"decode N tokens at context {CONTEXT} on {device().name} (median over runs)"))
-    for r in (r for r in table if r["method"] == "(a) loop"):
+    for r in (r for r in table if r["method"] in ("(a) loop", "(d) resident", "(e) resident + staging")):
         where = f"{r['model']} B={r['batch']} N={r['N']}"
+        where += f" {r['method']}"
         notes.append(f"loop GPU time per token, {where}: {r['x replay']:.3f}x a back-to-back replay at the same "
                      f"contexts (target <= {TARGET_GPU_RATIO}x): {verdict(r['x replay'] <= TARGET_GPU_RATIO)}; "
                      f"{r['x one replay']:.3f}x one replay timed as the loop is")
@@ -242,13 +270,14 @@ def main(argv: list[str] | None = None) -> int:
               "runs": repeats(opts.quick), "quick": opts.quick,
               "timers": "GPU: loop: CUDA events around one launch queued behind a blocker / N; replay, eager: "
                         "CUDA events around the host-driven run / N; reference: back-to-back replays at the "
-                        "loop's contexts; one replay: one launch queued behind the blocker there; host: perf_counter "
-                        "around set_inputs + launches / N; process CPU: "
+                        "loop's contexts; one replay: one launch queued behind the blocker there; resident: the "
+                        "graph's globaltimer span from bell to results / N; host: perf_counter around set_inputs + "
+                        "launches (resident: staging + ring) / N; process CPU: "
                         "time.process_time around the run / N"}
     write_result("device_loop", opts.out, params, rows, notes, checks)
     series = {f"{m} {meth}": [r["host enqueue us/token"] for r in table
                               if r["model"] == m and r["batch"] == 1 and r["method"] == meth]
-              for m in models for meth in ("(a) loop", "(b) replay", "(c) eager")}
+              for m in models for meth in ("(a) loop", "(b) replay", "(c) eager", "(d) resident")}
     plot(lambda: plot_lines(opts.out / "device_loop.png", list(Ns), series, logx=True, logy=True,
                             title=f"host time per token, B=1, context {CONTEXT} ({device().name})",
                             xlabel="tokens per run (N)", ylabel="host enqueue us per token"))

@@ -8,6 +8,7 @@ Without a GPU it says so, compiles the kernels and prints the plan of the step (
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,7 @@ from .model.blocks import BlockAllocator, make_block_tables
 from .model.decode import AllReduce, DecodeModel, PlanCommunicator
 from .model.generate import MODES, generate, model_step, step_runner
 from .model.loop import DeviceLoop
+from .model.resident import ResidentLoop
 from .model.tensor_parallel import DecodeJob, decode_rank, local_config
 from .runner import DEFAULT_CAPTURE_SIZES, DecodeRunner, pick_size
 
@@ -244,7 +246,17 @@ def _loop_demo(model: DecodeModel, prompts, n: int, stream: Stream, want_tokens,
     same = want is None or got == want
     print(f"device loop: {n} tokens x {B} rows in one graph launch: {us / n:.1f} us/token (single-step replay "
           f"{step_us:.1f} us); tokens equal step-by-step: {same if want is not None else 'n/a (use --tokens > N)'}")
-    return same
+    with ResidentLoop(model, B, n, eos=-1, stream=stream) as resident:  # launched once, rung from pinned memory
+        same_resident = resident.run(first, positions, alloc_tables) == got
+        t0 = time.perf_counter()
+        resident.submit()  # the same request again: no staging, one store
+        host_us = (time.perf_counter() - t0) * 1e6
+        resident.wait()
+        same_resident &= resident.tokens() == got
+        print(f"resident loop: the same request twice from one graph launch ({resident.launches}): "
+              f"{resident.gpu_ns / 1e3 / n:.1f} us/token on the GPU, {host_us:.1f} us of host time for the "
+              f"second request; tokens equal the device loop's: {same_resident}")
+    return same and same_resident
 
 
 def _tables_for(model: DecodeModel, B: int, tokens: int) -> np.ndarray:

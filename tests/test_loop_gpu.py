@@ -18,14 +18,14 @@ def model():
     return DecodeModel(cfg, Weights.random(cfg, seed=8), max_batch=B)
 
 
-def setup_rows(model, rng):
-    """Random KV history; returns each row's length and block tables covering length + N."""
+def setup_rows(model, rng, steps=N):
+    """Random KV history; returns each row's length and block tables covering length + ``steps``."""
     for layer in model.layers:  # random history in every cache slot (positions below lens are read, not written)
         for cache in (layer.k_cache, layer.v_cache):
             cache.copy_from(rng.standard_normal(cache.shape).astype(cache.dtype))
     alloc = BlockAllocator(model.num_blocks, seed=1)
     lens = rng.integers(1, 9, B)
-    blocks = [alloc.grow([], int(n) + N + 1) for n in lens]
+    blocks = [alloc.grow([], int(n) + steps + 1) for n in lens]
     tables = make_block_tables(blocks, model.max_blocks)
     return lens, tables
 

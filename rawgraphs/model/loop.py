@@ -44,30 +44,41 @@ class DeviceLoop:
         self.step = DeviceBuffer(1, np.int32)              # steps taken
         self.done = DeviceBuffer(B, np.int32)              # [B] 1 once a row produced EOS
         self.h_out, self.h_step = HostBuffer((max_steps, B), np.int32), HostBuffer(1, np.int32)
-        mod = Module.from_file("conditional")
+        self.module = Module.from_file("conditional")
+        self.graph = Graph()
+        self._build(self.graph)
+        self.exe = self.graph.instantiate()
+        self.exe.upload(stream)
+
+    def _build(self, g: Graph) -> None:
+        """The one-shot loop's graph: the decode part alone."""
+        self._add_decode(g, deps=[])
+
+    def _add_decode(self, g: Graph, deps, req=None, h_ack=None, h_ns=None, handle: int | None = None) -> None:
+        """Add loop_begin -> WHILE { step ; tail } -> loop_end to ``g`` after ``deps``; keeps the WHILE node's
+        :class:`Conditional` as ``self.loop``. ``req`` etc.: the resident loop's request, acknowledgement and WHILE
+        handle (kernels/conditional.cu); with them, loop_end runs as one block that acknowledges last."""
+        model, B, stream, mod = self.model, self.B, self.stream, self.module
         tail, begin, end = mod.kernel("decode_loop_tail"), mod.kernel("loop_begin"), mod.kernel("loop_end")
-        table_elems, out_elems = B * model.max_blocks, max_steps * B
-        g = Graph()
+        table_elems, out_elems = B * model.max_blocks, self.max_steps * B
         init = g.add_kernel(begin, _grid_for(max(table_elems, out_elems)), begin.args(
             tokens=model.tokens, positions=model.positions, tables=model.block_tables, done=self.done,
             out=self.out, step=self.step, h_tokens=model.h_tokens.device_ptr,
             h_positions=model.h_positions.device_ptr, h_tables=model.h_tables.device_ptr, B=B,
-            table_elems=table_elems, out_elems=out_elems), name="loop_begin")
-        loop = add_conditional(g, "while", default=1, deps=[init], name="decode_loop")
-        body = loop.bodies[0]
-        with Graph.capture(stream, into=body):
+            table_elems=table_elems, out_elems=out_elems, req=req), deps=deps, name="loop_begin")
+        loop = add_conditional(g, "while", handle=handle, default=1, deps=[init], name="decode_loop")
+        with Graph.capture(stream, into=loop.bodies[0]):
             model.run_eager(B, stream)
             # With PDL the tail launches while the step's argmax still runs (it waits for it first): one launch
             # latency less per token.
             tail.launch(LaunchShape(1, (B + 31) // 32 * 32, pdl=model.pdl), tail.args(
                 handle=loop.handle, next=model.next_tokens, tokens=model.tokens, positions=model.positions,
-                done=self.done, out=self.out, step=self.step, max_steps=max_steps, B=B, eos=eos), stream)
-        g.add_kernel(end, _grid_for(out_elems), end.args(
+                done=self.done, out=self.out, step=self.step, max_steps=self.max_steps, B=B, eos=self.eos), stream)
+        shape = _grid_for(out_elems) if req is None else LaunchShape(1, _COPY_THREADS)
+        g.add_kernel(end, shape, end.args(
             h_out=self.h_out.device_ptr, h_step=self.h_step.device_ptr, out=self.out, step=self.step,
-            out_elems=out_elems), deps=[loop.node], name="loop_end")
-        self.graph, self.loop = g, loop
-        self.exe = g.instantiate()
-        self.exe.upload(stream)
+            out_elems=out_elems, req=req, h_ack=h_ack, h_ns=h_ns), deps=[loop.node], name="loop_end")
+        self.loop = loop
 
     def start(self, tokens, positions, block_tables) -> None:
         """Stage the inputs in pinned memory and launch: all the host does for up to N tokens."""
@@ -79,8 +90,11 @@ class DeviceLoop:
         returns each row's tokens up to and including its EOS."""
         self.start(tokens, positions, block_tables)
         self.stream.synchronize()
-        steps = int(self.h_step.array[0])
-        out = self.h_out.array[:steps]  # [steps, B]
+        return self.tokens()
+
+    def tokens(self) -> list[list[int]]:
+        """Each row's tokens of the last run, up to and including its EOS."""
+        out = self.h_out.array[:self.steps_taken]  # [steps, B]
         return [[int(t) for t in out[:, b] if t >= 0] for b in range(self.B)]
 
     @property
