@@ -13,7 +13,9 @@ host a driver call not made for ~30 ms costs 40-70 us (benchmarks/NOTES.md, sess
 per token at N = 128 before any staging. Here that launch happens once per idle spell instead of once per run.
 
 While the graph is up it owns the model's step buffers and ``stream`` (work queued behind it on that stream waits
-for :meth:`close` or the idle timeout); do not run the model otherwise until :meth:`close`.
+for :meth:`close` or the idle timeout); do not run the model otherwise until :meth:`close`. compute-sanitizer's
+memcheck runs it; racecheck cannot (its process faults on the host's read of the acknowledgement word while the
+graph runs: benchmarks/NOTES.md, session 32).
 """
 
 from __future__ import annotations
