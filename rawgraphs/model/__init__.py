@@ -1,6 +1,7 @@
 """Llama-style decode model: config, weights, the float64 NumPy reference and paged-KV block tables.
 
-The GPU model is :class:`rawgraphs.model.decode.DecodeModel`; the on-device loop :mod:`rawgraphs.model.loop`.
+The GPU model is :class:`rawgraphs.model.decode.DecodeModel`; the on-device loop :mod:`rawgraphs.model.loop`, and the
+loop launched once and rung through pinned memory :mod:`rawgraphs.model.resident`.
 """
 
 from .blocks import BlockAllocator, make_block_tables
