@@ -2,7 +2,11 @@
 equal step-by-step decoding (from staged inputs, again, and resumed from the device's state), it stops at EOS,
 goes idle and comes back, refuses bad input without ringing, and frees the stream on close."""
 
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -94,3 +98,44 @@ def test_arguments_are_checked(model, stream):
         ResidentLoop(model, B, N, eos=NEVER, stream=stream, idle_s=0)
     with pytest.raises(ValueError, match="max_steps"):
         ResidentLoop(model, B, 0, eos=NEVER, stream=stream)
+
+
+FAULT = """
+import os
+import numpy as np
+from rawgraphs.context import Stream
+from rawgraphs.errors import CudaError
+from rawgraphs.model import BlockAllocator, ModelConfig, Weights, make_block_tables
+from rawgraphs.model.decode import DecodeModel
+from rawgraphs.model.resident import ResidentLoop
+
+cfg = ModelConfig.preset("tiny")
+model = DecodeModel(cfg, Weights.random(cfg, seed=9), max_batch=2)
+alloc = BlockAllocator(model.num_blocks, seed=1)
+tables = make_block_tables([alloc.grow([], 40), alloc.grow([], 40)], model.max_blocks)
+stream = Stream.create()
+loop = ResidentLoop(model, 2, 8, eos=-5, stream=stream)
+print("first", loop.run([3, 4], [5, 9], tables))
+# a block id far past the KV pool, written where RESUME reads it (the host's checks only see staged inputs)
+model.block_tables.copy_from(np.full(model.block_tables.shape, 1 << 30, np.int32))
+loop.submit(resume=True)
+try:
+    loop.wait(timeout_s=30)
+    print("no error")
+except CudaError as e:
+    print("raised", e.name)
+except TimeoutError:
+    print("timed out")
+os._exit(0)  # the context is lost: skip the finalizers' driver calls
+"""
+
+
+def test_a_fault_inside_the_resident_graph_raises_by_name():
+    """A fault in the graph ends it; wait() names the CUDA error instead of spinning to its timeout. In a child
+    process: the error is sticky and takes the context with it."""
+    root = Path(__file__).resolve().parents[1]
+    p = subprocess.run([sys.executable, "-c", FAULT], cwd=root, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(root)})
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "first [[" in p.stdout, p.stdout  # the valid request was served
+    assert "raised CUDA_ERROR_ILLEGAL_ADDRESS" in p.stdout, p.stdout + p.stderr[-2000:]

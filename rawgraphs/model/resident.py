@@ -24,10 +24,11 @@ import time
 import weakref
 
 import numpy as np
+from cuda.bindings import driver
 
 from ..conditional import add_conditional, create_handle
 from ..context import Stream
-from ..errors import ClosedError
+from ..errors import ClosedError, check
 from ..graph import Graph
 from ..kernel import LaunchShape
 from ..memory import DeviceBuffer, HostBuffer
@@ -114,7 +115,8 @@ class ResidentLoop(DeviceLoop):
 
     def wait(self, timeout_s: float = 60.0) -> None:
         """Spin until the request in flight is acknowledged (its tokens are in ``h_out``). If the graph had gone
-        idle before seeing the bell, it is launched again; TimeoutError after ``timeout_s``."""
+        idle before seeing the bell, it is launched again; a fault inside the graph raises its CudaError;
+        TimeoutError after ``timeout_s``."""
         self._live()
         want = self._want
         if not want:
@@ -128,10 +130,19 @@ class ResidentLoop(DeviceLoop):
                 ack[0] = 0  # the ended graph writes nothing more; the next one acknowledges our request
                 self._launch()
             n += 1
-            if n % _POLL_CHECK == 0 and time.perf_counter() > deadline:
-                raise TimeoutError(f"request {want >> 8} not acknowledged in {timeout_s} s (last ack word {a:#x}); "
-                                   "close() stops the graph")
+            if n % _POLL_CHECK == 0:
+                self._raise_if_failed()
+                if time.perf_counter() > deadline:
+                    raise TimeoutError(f"request {want >> 8} not acknowledged in {timeout_s} s (last ack word "
+                                       f"{a:#x}); close() stops the graph")
         self._want = 0
+
+    def _raise_if_failed(self) -> None:
+        """Raise the stream's error if the graph ended on one (a fault inside it: sticky, the context is lost), so
+        that ``wait`` reports it by name instead of spinning to its timeout."""
+        err, = driver.cuStreamQuery(self.stream.handle)
+        if err != driver.CUresult.CUDA_ERROR_NOT_READY:
+            check((err,), "cuStreamQuery (the resident graph's stream)")
 
     @property
     def gpu_ns(self) -> int:
