@@ -54,6 +54,8 @@ def test_loop_tokens_equal_step_by_step_and_stop_at_n(model, stream, rng):
     assert loop.steps_taken == N
     want = step_by_step(model, stream, tokens, positions, tables, N, eos=-5)
     assert got == want and got[3] == [] and all(len(got[b]) == N for b in (0, 1, 2, 4))
+    with pytest.raises(ValueError, match=f"decodes {B} rows; got {B - 2}"):  # rows 3-4 would reuse stale inputs
+        loop.run(tokens[:-2], positions[:-2], tables[:-2])
 
 
 def test_loop_stops_exactly_at_eos_per_row(model, stream, rng):

@@ -77,6 +77,8 @@ def test_bad_input_rings_nothing_and_close_frees_the_stream(model, stream, rng):
     bad[0] = model.cfg.vocab
     with pytest.raises(ValueError, match="token ids"):
         loop.submit(bad, positions, tables)
+    with pytest.raises(ValueError, match=f"decodes {B} rows; got {B - 1}"):  # stale staged rows would decode
+        loop.submit(tokens[:-1], positions[:-1], tables[:-1])
     assert loop.seq == 0 and loop.launches == 0
     got = loop.run(tokens, positions, tables)
     loop.submit()

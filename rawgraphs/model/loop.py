@@ -80,9 +80,17 @@ class DeviceLoop:
             out_elems=out_elems, req=req, h_ack=h_ack, h_ns=h_ns), deps=[loop.node], name="loop_end")
         self.loop = loop
 
+    def stage(self, tokens, positions, block_tables) -> None:
+        """Check the inputs and write them into the pinned staging arrays that loop_begin reads: exactly ``B``
+        rows (a row with position < 0 is inactive), or ValueError before anything is written."""
+        if len(tokens) != self.B:
+            raise ValueError(f"this loop decodes {self.B} rows; got {len(tokens)} (pad with inactive rows: "
+                             "position -1)")
+        self.model.stage_inputs(tokens, positions, block_tables)
+
     def start(self, tokens, positions, block_tables) -> None:
         """Stage the inputs in pinned memory and launch: all the host does for up to N tokens."""
-        self.model.stage_inputs(tokens, positions, block_tables)
+        self.stage(tokens, positions, block_tables)
         self.exe.launch(self.stream)
 
     def run(self, tokens, positions, block_tables) -> list[list[int]]:

@@ -87,7 +87,7 @@ class ResidentLoop(DeviceLoop):
 
     def submit(self, tokens=None, positions=None, block_tables=None, *, resume: bool = False) -> int:
         """Start a request; returns its sequence number. With inputs: decode from them (checked and staged in
-        pinned memory, as :meth:`DecodeModel.stage_inputs`). Without: ``resume=True`` goes on from the device's
+        pinned memory, as :meth:`DeviceLoop.stage`). Without: ``resume=True`` goes on from the device's
         tokens and positions (each row where the last request left it), ``resume=False`` decodes again from the
         inputs staged last. The host's part is the staging and one store to the doorbell word."""
         self._live()
@@ -97,7 +97,7 @@ class ResidentLoop(DeviceLoop):
         if given:
             if resume:
                 raise ValueError("resume=True goes on from the device's state: give no inputs")
-            self.model.stage_inputs(tokens, positions, block_tables)  # raises before anything is rung
+            self.stage(tokens, positions, block_tables)  # raises before anything is rung
             self._staged = True
         elif not self._staged:
             raise ValueError("no request has run yet: give tokens, positions and block_tables")
