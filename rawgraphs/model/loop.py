@@ -9,7 +9,8 @@ The tail kernel (kernels/conditional.cu) appends each active row's token to ``ou
 the next input, advances the row's position (an EOS makes the row inactive), and keeps the loop going while
 ``step < N`` and some row is still live. The host never sees a token until the loop ends (seed, constraint 3:
 control flow made data-driven on the GPU), and the host's whole part of N tokens is writing the inputs and one
-``cuGraphLaunch``. Block tables must already cover ``position + N`` for every row.
+``cuGraphLaunch`` (:mod:`rawgraphs.model.resident` takes the launch off that path too). Block tables must already
+cover ``position + N`` for every row.
 """
 
 from __future__ import annotations
