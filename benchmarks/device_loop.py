@@ -255,8 +255,7 @@ def main(argv: list[str] | None = None) -> int:
                                "process CPU us/token"],
                        title=f"decode N tokens at context {CONTEXT} on {device().name} (median over runs)"))
     for r in (r for r in table if r["method"] in ("(a) loop", "(d) resident", "(e) resident + staging")):
-        where = f"{r['model']} B={r['batch']} N={r['N']}"
-        where += f" {r['method']}"
+        where = f"{r['model']} B={r['batch']} N={r['N']} {r['method']}"
         notes.append(f"loop GPU time per token, {where}: {r['x replay']:.3f}x a back-to-back replay at the same "
                      f"contexts (target <= {TARGET_GPU_RATIO}x): {verdict(r['x replay'] <= TARGET_GPU_RATIO)}; "
                      f"{r['x one replay']:.3f}x one replay timed as the loop is")

@@ -148,6 +148,15 @@ class Stream:
         """Block the host until all work queued on this stream is done."""
         check(driver.cuStreamSynchronize(self._live()), "cuStreamSynchronize")
 
+    def query(self) -> bool:
+        """True when all work queued on this stream is done, False while some is pending; an error the work ended
+        on (a fault in a kernel) raises as its CudaError."""
+        err, = driver.cuStreamQuery(self._live())
+        if err == driver.CUresult.CUDA_ERROR_NOT_READY:
+            return False
+        check((err,), "cuStreamQuery")
+        return True
+
     def wait(self, event: Event) -> None:
         """Make later work on this stream wait for ``event`` (also how a capture forks and joins)."""
         check(driver.cuStreamWaitEvent(self._live(), event.handle, 0), "cuStreamWaitEvent")

@@ -38,8 +38,9 @@ class LaunchShape:
     (kernels/pdl.cuh). Captured, it becomes a programmatic graph edge.
 
     ``cluster`` (sm_90+) groups blocks into thread block clusters of that shape (each dimension divides the
-    grid's; at most 8 blocks, the portable limit): a cluster's blocks run at once on one GPC and may read each
-    other's shared memory. A graph node keeps it as a node attribute.
+    grid's; at most 16 blocks): a cluster's blocks run at once on one GPC and may read each other's shared memory.
+    A graph node keeps it as a node attribute. Above 8 blocks (the portable limit) the kernel is opted in to
+    non-portable cluster sizes before its first launch or node (H100 and H200 take 16).
     """
 
     grid: tuple[int, int, int]
@@ -56,8 +57,9 @@ class LaunchShape:
             raise ValueError(f"block {b} has {b[0] * b[1] * b[2]} threads; the limit is 1024")
         if shared < 0:
             raise ValueError(f"shared memory must be >= 0, got {shared}")
-        if any(gd % cd for gd, cd in zip(g, c)) or c[0] * c[1] * c[2] > 8:
-            raise ValueError(f"cluster {c} must divide grid {g} in every dimension and hold at most 8 blocks")
+        if any(gd % cd for gd, cd in zip(g, c)) or c[0] * c[1] * c[2] > _MAX_CLUSTER:
+            raise ValueError(f"cluster {c} must divide grid {g} in every dimension and hold at most "
+                             f"{_MAX_CLUSTER} blocks")
         object.__setattr__(self, "grid", g)
         object.__setattr__(self, "block", b)
         object.__setattr__(self, "shared", int(shared))
@@ -65,10 +67,14 @@ class LaunchShape:
         object.__setattr__(self, "cluster", c)
         # Not a field: read by every eager launch (Kernel.launch), where a property call would cost a Python frame.
         object.__setattr__(self, "launch_ex", self.pdl or self.clustered)
+        object.__setattr__(self, "nonportable", c[0] * c[1] * c[2] > _PORTABLE_CLUSTER)
 
     @property
     def clustered(self) -> bool:
         return self.cluster != (1, 1, 1)
+
+
+_PORTABLE_CLUSTER, _MAX_CLUSTER = 8, 16  # blocks per cluster: portable, and with the non-portable opt-in (sm_90)
 
 
 def cluster_value(cluster: tuple[int, int, int], value):
@@ -98,6 +104,7 @@ class Kernel:
         self._max_shared = check(driver.cuFuncGetAttribute(attr, self.function),
                                  f"cuFuncGetAttribute({name}, MAX_DYNAMIC_SHARED_SIZE_BYTES)")
         self._configs: dict = {}  # (shape, stream) -> CUlaunchConfig for PDL and cluster launches
+        self._nonportable = False  # opted in to clusters of more than 8 blocks
 
     def args(self, /, *args, **kwargs) -> KernelArgs:
         """A new packed argument block; all arguments required, by position or name."""
@@ -105,7 +112,12 @@ class Kernel:
 
     def prepare(self, shape: LaunchShape) -> None:
         """Opt the function in to ``shape.shared`` bytes of dynamic shared memory if above what it may use now
-        (48 KiB with its static shared memory, until opted in further)."""
+        (48 KiB with its static shared memory, until opted in further), and to ``shape.cluster`` if non-portable."""
+        if shape.nonportable and not self._nonportable:
+            attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+            check(driver.cuFuncSetAttribute(self.function, attr, 1),
+                  f"cuFuncSetAttribute({self.name}, NON_PORTABLE_CLUSTER_SIZE_ALLOWED)")
+            self._nonportable = True
         if shape.shared > self._max_shared:
             attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             check(driver.cuFuncSetAttribute(self.function, attr, shape.shared), "cuFuncSetAttribute")
@@ -117,7 +129,7 @@ class Kernel:
             raise TypeError(f"argument block is for {args.signature.name}(), not {self.name}()")
         if self.module.closed:
             raise ClosedError(f"kernel {self.name}: its module was closed")
-        if shape.shared > self._max_shared:
+        if shape.shared > self._max_shared or (shape.nonportable and not self._nonportable):  # once per kernel
             self.prepare(shape)
         g, b = shape.grid, shape.block
         if shape.launch_ex:
@@ -126,7 +138,9 @@ class Kernel:
             err, = driver.cuLaunchKernel(self.function, g[0], g[1], g[2], b[0], b[1], b[2], shape.shared,
                                          stream.handle, args.address, 0)
         if err:
-            check((err,), f"cuLaunchKernel({self.name}, grid={g}, block={b}, shared={shape.shared})")
+            call = "cuLaunchKernelEx" if shape.launch_ex else "cuLaunchKernel"
+            check((err,), f"{call}({self.name}, grid={g}, block={b}, shared={shape.shared}, pdl={shape.pdl}, "
+                          f"cluster={shape.cluster})")
         if capture_state.depth:  # inside Graph.capture: keep a named record of the node just captured
             capture_state.on_launch(self, shape, args, stream)
 

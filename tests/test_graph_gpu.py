@@ -90,11 +90,15 @@ def test_explicit_captured_and_eager_agree(k, bufs, stream):
         check_all(bufs, want)
 
 
-def test_cluster_launch_eager_explicit_and_captured(k, bufs, stream):
-    """A launch in thread block clusters runs eagerly, as an explicit node (the cluster is a node attribute, read
-    back from the driver) and captured, with the same result; set_launch keeps the cluster."""
+@pytest.mark.parametrize("blocks, threads", [(2, 256), (16, 16)])
+def test_cluster_launch_eager_explicit_and_captured(k, bufs, stream, blocks, threads):
+    """A launch in one thread block cluster of all its blocks runs eagerly, as an explicit node (the cluster is a
+    node attribute, read back from the driver) and captured, with the same result; set_launch keeps the cluster.
+    16 blocks are above the portable 8: the kernel is opted in by its first launch (the driver refuses without)."""
     from cuda.bindings import driver
-    shape = LaunchShape((2,), (256,), cluster=(2, 1, 1))  # one cluster of 2 blocks: 512 of the 1000 elements
+    shape = LaunchShape((blocks,), (threads,), cluster=(blocks, 1, 1))
+    assert shape.nonportable == (blocks > 8)
+    covered = blocks * threads  # 512 / 256 of the 1000 elements
     args = dict(out=bufs["a"], x=bufs["x"], a=3.0, b=0.25, n=N)
     want = np.float32(3.0) * bufs["x"].to_numpy() + np.float32(0.25)
     attr = driver.CUkernelNodeAttrID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
@@ -110,15 +114,15 @@ def test_cluster_launch_eager_explicit_and_captured(k, bufs, stream):
                 with Graph.capture(stream) as g:
                     k["axpb"].launch(shape, k["axpb"].args(**args), stream)
             got = driver.cuGraphKernelNodeGetAttribute(g.nodes[0].handle, attr)
-            assert got[0] == driver.CUresult.CUDA_SUCCESS and got[1].clusterDim.x == 2
+            assert got[0] == driver.CUresult.CUDA_SUCCESS and got[1].clusterDim.x == blocks
             exe = g.instantiate()
             exe.launch(stream)
         stream.synchronize()
         a = bufs["a"].to_numpy()
-        np.testing.assert_array_equal(a[:512], want[:512])
-        assert np.isnan(a[512:]).all()  # the grid covers 512 elements
-    exe.set_launch(g.nodes[0], grid=(4,))
-    assert exe._rec(g.nodes[0]).shape.cluster == (2, 1, 1)
+        np.testing.assert_array_equal(a[:covered], want[:covered], err_msg=how)
+        assert np.isnan(a[covered:]).all()  # the grid covers only those
+    exe.set_launch(g.nodes[0], grid=(4 * blocks,))
+    assert exe._rec(g.nodes[0]).shape.cluster == (blocks, 1, 1)
     exe.launch(stream)
     stream.synchronize()
     np.testing.assert_array_equal(bufs["a"].to_numpy(), want)

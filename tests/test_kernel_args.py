@@ -200,7 +200,10 @@ def test_launch_shape_cluster():
     # launch_ex (cuLaunchKernelEx instead of cuLaunchKernel) is set by either attribute and is not a field
     assert s.launch_ex and LaunchShape(4, 32, pdl=True).launch_ex and not LaunchShape(4, 32).launch_ex
     assert LaunchShape(4, 32) == LaunchShape(4, 32) and "launch_ex" not in repr(s)
-    for grid, cluster in [((1, 16, 12), (1, 1, 8)), ((16,), (16,)), ((4, 4), (4, 4)), ((4,), (0,))]:
+    # above 8 blocks (the portable limit) up to 16 with the kernel's non-portable opt-in (Kernel.prepare)
+    assert not s.nonportable and LaunchShape((16,), 32, cluster=(16,)).nonportable
+    assert LaunchShape((1, 12, 9), 128, cluster=(1, 1, 9)).nonportable and "nonportable" not in repr(s)
+    for grid, cluster in [((1, 16, 12), (1, 1, 8)), ((32,), (32,)), ((17,), (17,)), ((4, 8), (4, 8)), ((4,), (0,))]:
         with pytest.raises(ValueError, match="cluster"):
             LaunchShape(grid, 128, cluster=cluster)
 

@@ -34,6 +34,16 @@ def test_axpb_writes_exact_values(basic, stream, rng):
     assert np.isnan(got[n:]).all()  # 0xFFFFFFFF is a NaN: never written
 
 
+def test_stream_query_is_false_while_work_is_queued_and_true_after(stream):
+    from rawgraphs.bench import Blocker
+    hold = Blocker(stream, launches=50)  # ~3 ms of GPU work on an H200: far longer than the host's next call
+    hold()
+    assert stream.query() is False
+    stream.synchronize()
+    assert stream.query() is True
+    hold.close()
+
+
 def test_int64_arguments_and_positional_binding(basic, stream):
     n = 300
     out = DeviceBuffer(n, np.int64)

@@ -41,7 +41,7 @@ def test_a_closed_streams_handle_refuses_every_driver_call(monkeypatch):
     s.close()
     assert [int(h) for h in destroyed] == [0x7F00_5678]
     for call in (lambda: driver.cuGraphLaunch(driver.CUgraphExec(), s.handle),
-                 lambda: driver.cuStreamSynchronize(s.handle), lambda: int(s), s.synchronize):
+                 lambda: driver.cuStreamSynchronize(s.handle), lambda: int(s), s.synchronize, s.query):
         with pytest.raises(ClosedError, match="this Stream was closed"):
             call()
     s.close()  # idempotent

@@ -24,11 +24,10 @@ import time
 import weakref
 
 import numpy as np
-from cuda.bindings import driver
 
 from ..conditional import add_conditional, create_handle
 from ..context import Stream
-from ..errors import ClosedError, check
+from ..errors import ClosedError
 from ..graph import Graph
 from ..kernel import LaunchShape
 from ..memory import DeviceBuffer, HostBuffer
@@ -40,7 +39,7 @@ __all__ = ["ResidentLoop", "DECODE", "RESUME", "STOP", "IDLE"]
 # request commands: a doorbell word's low byte (kernels/conditional.cu, REQ_*)
 DECODE, RESUME, STOP, IDLE = 1, 2, 3, 4
 _STOP_WORD = (2**54 - 1) << 8 | STOP  # a seq no request reaches: close() needs no count
-_POLL_CHECK = 4096  # acknowledgement polls between two clock reads in wait()
+_POLL_CHECK = 4096  # acknowledgement polls between two stream queries and clock reads in wait()
 
 
 def _stop(bell: HostBuffer, stream: Stream) -> None:
@@ -64,7 +63,7 @@ class ResidentLoop(DeviceLoop):
         for h in (self.bell, self.ack, self.h_ns):
             h.array[0] = 0
         self.req = DeviceBuffer.from_numpy(np.zeros(2, np.int64))  # [request word, globaltimer when seen]
-        self.seq, self.launches, self._want, self._running, self._staged = 0, 0, 0, False, False
+        self.seq, self.launches, self._want, self._running = 0, 0, 0, False
         super().__init__(model, B, max_steps, eos, stream)
         self._finalizer = weakref.finalize(self, _stop, self.bell, stream)
 
@@ -98,8 +97,7 @@ class ResidentLoop(DeviceLoop):
             if resume:
                 raise ValueError("resume=True goes on from the device's state: give no inputs")
             self.stage(tokens, positions, block_tables)  # raises before anything is rung
-            self._staged = True
-        elif not self._staged:
+        elif not self.seq:  # nothing staged yet: the first request must bring inputs (a refused one rings nothing)
             raise ValueError("no request has run yet: give tokens, positions and block_tables")
         self.seq += 1
         self._want = self.seq << 8 | (RESUME if resume else DECODE)
@@ -131,18 +129,11 @@ class ResidentLoop(DeviceLoop):
                 self._launch()
             n += 1
             if n % _POLL_CHECK == 0:
-                self._raise_if_failed()
+                self.stream.query()  # a fault inside the graph ends it: raise its CudaError, not a timeout
                 if time.perf_counter() > deadline:
                     raise TimeoutError(f"request {want >> 8} not acknowledged in {timeout_s} s (last ack word "
                                        f"{a:#x}); close() stops the graph")
         self._want = 0
-
-    def _raise_if_failed(self) -> None:
-        """Raise the stream's error if the graph ended on one (a fault inside it: sticky, the context is lost), so
-        that ``wait`` reports it by name instead of spinning to its timeout."""
-        err, = driver.cuStreamQuery(self.stream.handle)
-        if err != driver.CUresult.CUDA_ERROR_NOT_READY:
-            check((err,), "cuStreamQuery (the resident graph's stream)")
 
     @property
     def gpu_ns(self) -> int:

@@ -388,6 +388,10 @@ static CUresult f_cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v
         CHECK(v >= 0 && v <= 232448 - ((Function *)f)->static_smem, CUDA_ERROR_INVALID_VALUE); /* opt-in limit */
         ((Function *)f)->max_dynamic_smem = v;
     }
+    if (a == CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED) {
+        CHECK(v == 0 || v == 1, CUDA_ERROR_INVALID_VALUE);
+        ((Function *)f)->nonportable = v;
+    }
     return OK;
 }
 static int min_int(int a, int b) { return a < b ? a : b; }
@@ -418,13 +422,14 @@ CUresult make_call(KernelCall *k, const CUDA_KERNEL_NODE_PARAMS *p) {
     return kernel_call_make(k, p);
 }
 /* The launch attributes rawgraphs sets, checked as the driver checks them: a cluster divides the grid in every
- * dimension and holds at most 8 blocks (the portable limit); programmatic serialization is 0 or 1. */
+ * dimension and holds at most 8 blocks (the portable limit), or 16 (H100/H200) once the function is opted in to
+ * non-portable sizes; programmatic serialization is 0 or 1. */
 CUresult check_attribute(const KernelCall *k, CUlaunchAttributeID id, const CUlaunchAttributeValue *v) {
     CHECK(id < 32, CUDA_ERROR_INVALID_VALUE);
     if (id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
         unsigned c[3] = {v->clusterDim.x, v->clusterDim.y, v->clusterDim.z};
         for (int i = 0; i < 3; i++) CHECK(c[i] && k->grid[i] % c[i] == 0, CUDA_ERROR_INVALID_CLUSTER_SIZE);
-        CHECK(c[0] * c[1] * c[2] <= 8, CUDA_ERROR_INVALID_CLUSTER_SIZE);
+        CHECK(c[0] * c[1] * c[2] <= (k->func->nonportable ? 16u : 8u), CUDA_ERROR_INVALID_CLUSTER_SIZE);
     }
     if (id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
         CHECK(v->programmaticStreamSerializationAllowed <= 1, CUDA_ERROR_INVALID_VALUE);

@@ -32,6 +32,7 @@ typedef struct Function {
     Module *module;
     char name[256];
     int max_dynamic_smem, regs, max_threads, static_smem;
+    int nonportable; /* cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED): clusters up to 16 blocks */
     int nparams;
     unsigned short offset[MAX_PARAMS], size[MAX_PARAMS];
     size_t param_bytes; /* from .nv.info */
