@@ -96,6 +96,15 @@ def device(ordinal: int = 0) -> Device:
     return d
 
 
+def _done(result: tuple, call: str) -> bool:
+    """A query's answer (cuStreamQuery, cuEventQuery): True when the work is done, False while it is pending
+    (CUDA_ERROR_NOT_READY); any other error raises as its CudaError."""
+    if result[0] == driver.CUresult.CUDA_ERROR_NOT_READY:
+        return False
+    check(result, call)
+    return True
+
+
 def _destroy_stream(handle) -> None:
     release(driver.cuStreamDestroy, handle)
 
@@ -151,11 +160,7 @@ class Stream:
     def query(self) -> bool:
         """True when all work queued on this stream is done, False while some is pending; an error the work ended
         on (a fault in a kernel) raises as its CudaError."""
-        err, = driver.cuStreamQuery(self._live())
-        if err == driver.CUresult.CUDA_ERROR_NOT_READY:
-            return False
-        check((err,), "cuStreamQuery")
-        return True
+        return _done(driver.cuStreamQuery(self._live()), "cuStreamQuery")
 
     def wait(self, event: Event) -> None:
         """Make later work on this stream wait for ``event`` (also how a capture forks and joins)."""
@@ -211,11 +216,7 @@ class Event:
 
     def query(self) -> bool:
         """True when complete, False when still pending."""
-        err, = driver.cuEventQuery(self.handle)
-        if err == driver.CUresult.CUDA_ERROR_NOT_READY:
-            return False
-        check((err,), "cuEventQuery")
-        return True
+        return _done(driver.cuEventQuery(self.handle), "cuEventQuery")
 
     def elapsed_ms(self, end: Event) -> float:
         """Milliseconds from this event to ``end`` (both recorded, ``end`` complete)."""
