@@ -265,6 +265,24 @@ def test_block_placement_reads_a_launch_by_grid_thirds():
         by_kind(np.array(rows, dtype=RECORD), ["L0.gate_up"])
 
 
+def test_block_placement_lists_the_launches_of_chosen_layers():
+    """block_placement.py --layers: the chosen layers' launches in step order, first/last times in us from the
+    step's first arrival; other layers are left out."""
+    sys.path.insert(0, str(BENCH / "diagnostics"))
+    from block_placement import layer_lines
+
+    from rawgraphs.model.trace import RECORD
+
+    recs = np.array([(5, 0, 500, 900, 0, 0),                                     # L0.attention: no entry / exit
+                     (6, 0, 1000, 2000, 4000, 250), (6, 1 << 32 | 1, 1500, 2500, 6500, 750),  # L1.o_proj
+                     (7, 0, 7000, 8000, 0, 0)], dtype=RECORD)
+    lines = layer_lines(recs, ["L0.attention", "L1.o_proj", "L2.qkv"], [1])
+    assert lines == ["L1.o_proj     n=   2 arr    0.50/   1.00 rel    1.50/   2.00 ent   -0.25/   0.25 "
+                     "exit    3.50/   6.00 busy 3.00"]
+    assert [ln.split()[0] for ln in layer_lines(recs, ["L0.attention", "L1.o_proj", "L2.qkv"], [0, 2])] == [
+        "L0.attention", "L2.qkv"]
+
+
 def test_block_placement_tabulates_units_per_sm_of_the_unit_stream():
     """block_placement.py --preset: each block's units from the unit stream's block-major order, and per SM load its
     SMs and their last exit (us from the launch's first release); a launch whose plan is not the unit stream, or

@@ -15,9 +15,13 @@ block b owns units b * 8 + w + i * blocks * 8), and their last exit: how far an 
 30 (H100): gate_up SMs at 24 / 32 / 40 / 48 units exited at 12.4 / 13.3 / 15.0 / 17.3 us, yet giving every block
 an even share did not make the step faster (benchmarks/NOTES.md).
 
+With ``--layers 4,5``, first the launches of those layers one by one, in us from the traced step's first arrival:
+first / last block at the PDL wait, past it, started and done, and the median block's busy time (sessions 35-36's
+``trace_layers_4_5.log``).
+
 Run after boundary_trace.py, from the repository root (no GPU needed)::
 
-    PYTHONPATH=. python3 benchmarks/diagnostics/block_placement.py [--preset 1b] out/boundary_trace_1b.npz [...]
+    PYTHONPATH=. python3 benchmarks/diagnostics/block_placement.py [--preset 1b] [--layers 4,5] out/trace_1b.npz
 """
 
 import argparse
@@ -121,13 +125,34 @@ def load_table(records: np.ndarray, names, preset: str) -> dict[str, dict[int, t
                 for u, v in sorted(d.items())} for k, d in rows.items()}
 
 
+def layer_lines(records: np.ndarray, names, layers) -> list[str]:
+    """One line per launch of ``layers`` (``L<i>.`` names): first/last arrival, release, entry and exit in us from
+    the step's first arrival (:func:`rawgraphs.model.trace.launch_spans`), and the median busy time."""
+    from rawgraphs.model.trace import launch_spans
+
+    prefixes = tuple(f"L{i}." for i in layers)
+
+    def pair(p):
+        return f"{p[0] / 1e3:7.2f}/{p[1] / 1e3:7.2f}"
+
+    return [f"{s.name:13s} n={s.blocks:4d} arr {pair(s.arrive)} rel {pair(s.release)} ent {pair(s.enter)} "
+            f"exit {pair(s.exit)} busy {s.busy[0] / 1e3:.2f}"
+            for s in launch_spans(records, names) if s.name.startswith(prefixes)]
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", help="the model the trace ran (tiny, small, 1b): adds the per-SM units table")
+    ap.add_argument("--layers", type=lambda v: [int(i) for i in v.split(",")], default=[],
+                    help="comma-separated layer indices: list their launches one by one first")
     ap.add_argument("paths", nargs="+")
     args = ap.parse_args(argv)
     for path in args.paths:
         z = np.load(path)
+        if args.layers:
+            print(f"{path}: us from the step's first arrival, first/last block at the PDL wait (arr), past it (rel), "
+                  "started (ent), done (exit); median busy")
+            print("\n".join("  " + line for line in layer_lines(z["records"], list(z["names"]), args.layers)))
         kinds = by_kind(z["records"], list(z["names"]))
         print(f"{path}: us from each launch's first release; entry / arrival / release / exit medians by grid third")
         for kind, v in kinds.items():
