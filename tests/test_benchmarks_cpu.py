@@ -382,3 +382,20 @@ def test_ab_trees_run_alternates_trees_and_stops_at_its_deadline(tmp_path, monke
     rows = ab_trees.run("1", "1b", rounds=3, timeout=150.0, deadline=300.0, clock=lambda: now[0])
     assert [t for _, t in calls] == [150.0, 150.0, 150.0, 150.0, 60.0, 30.0]
     assert len(rows) == 6 and rows[3]["us"] == 1
+
+
+def test_shared_weights_mapping_points_later_layers_at_the_first():
+    """shared_weights.py's retarget mapping moves each later layer's weights of the chosen kinds, and only those,
+    to layer 0's; an unknown kind is refused by name."""
+    sys.path.insert(0, str(BENCH / "diagnostics"))
+    from types import SimpleNamespace
+
+    from shared_weights import WEIGHTS, shared_mapping
+
+    layers = [SimpleNamespace(**{a: 1000 * i + j for j, a in enumerate(WEIGHTS.values())}) for i in range(4)]
+    m = shared_mapping(layers, ["gate_up"])
+    assert m == {1002: 2, 2002: 2, 3002: 2}
+    m = shared_mapping(layers, list(WEIGHTS))
+    assert len(m) == 3 * 4 and set(m.values()) == {0, 1, 2, 3} and all(k >= 1000 for k in m)
+    with pytest.raises(ValueError, match="unknown weight kinds \\['lm_head'\\]"):
+        shared_mapping(layers, ["qkv", "lm_head"])

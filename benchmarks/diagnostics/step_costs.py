@@ -36,11 +36,15 @@ def launch_bytes(cfg: ModelConfig, B: int, context: int) -> dict[str, int]:
             "gate_up": w * 2 * cfg.ffn_dim * d, "down": w * d * cfg.ffn_dim, "lm_head": w * cfg.vocab * d}
 
 
-def replay_us(launches, stream: Stream) -> float:
+def replay_us(launches, stream: Stream, prepare=None) -> float:
+    """Median replay time (us) of ``launches`` as one graph of explicit nodes in a chain; ``prepare(exe)``, if
+    given, edits the executable first (e.g. ``exe.retarget``)."""
     g, prev = Graph(), None
     for ln in launches:
         prev = g.add_kernel(ln.kernel, ln.shape, ln.args, deps=prev)
     exe = g.instantiate()
+    if prepare is not None:
+        prepare(exe)
     exe.upload(stream)
     us = median(time_ms(lambda: exe.launch(stream), stream, False)) * 1e3
     stream.synchronize()
