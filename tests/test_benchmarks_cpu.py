@@ -399,3 +399,18 @@ def test_shared_weights_mapping_points_later_layers_at_the_first():
     assert len(m) == 3 * 4 and set(m.values()) == {0, 1, 2, 3} and all(k >= 1000 for k in m)
     with pytest.raises(ValueError, match="unknown weight kinds \\['lm_head'\\]"):
         shared_mapping(layers, ["qkv", "lm_head"])
+
+
+def test_broadcast_read_spans_are_medians_from_each_blocks_release():
+    """broadcast_read.py's columns from stamps [pairs, blocks, (release, input in, ring landed)] in ns: medians over
+    blocks and pairs of input-in and ring-landed minus the block's own release, and per pair the first release to
+    the last block's input."""
+    sys.path.insert(0, str(BENCH / "diagnostics"))
+    from broadcast_read import spans
+
+    t = np.array([[(1000, 1600, 3000), (1200, 2000, 2200)],
+                  [(5000, 5400, 9000), (5100, 5700, 6100)]], dtype=np.uint64)
+    s = spans(t)
+    assert abs(s["x_us"] - 0.6) < 1e-12                               # medians of 600, 800, 400, 600
+    assert abs(s["ring_us"] - 1.5) < 1e-12                            # of 2000, 1000, 4000, 1000
+    assert abs(s["span_us"] - 0.85) < 1e-12                           # of 1000, 700
