@@ -868,6 +868,9 @@ __device__ __forceinline__ void gemv_body(void* y, const bf16* __restrict__ x, c
         __syncthreads();          // xs is free (every warp finished the previous pass)
         stage_x<XOP>(xs, x, norm, b, K, k0, k1, eps, scratch, norm_first<XOP>(norm, k0, k1));
         __syncthreads();
+#ifdef RG_TRACE
+        if (b == 0) rg_trace_mark(RG_STAGED);
+#endif
         int slot = 0;
         // One chunk: wait for it, refill the slot the previous chunk used, a += w . x over this lane's 8.
         auto chunk = [&](int c, float& a) {
@@ -912,6 +915,9 @@ __device__ __forceinline__ void gemv_body(void* y, const bf16* __restrict__ x, c
         }
         cp_async_wait<0>();  // only empty groups remain; the next pass starts from a quiet ring
     }
+#ifdef RG_TRACE
+    rg_trace_mark(RG_SUMMED);
+#endif
 }
 
 // ---- gemv at B = 1 with one warp per unit and one K range: the unit stream --------------------------------------
@@ -1007,6 +1013,9 @@ __device__ __forceinline__ void gemv_unit_body(void* y, const bf16* __restrict__
         for (int r = 0; r < R; ++r)  // an inactive row's xs is not written: its sums are computed, not stored
             if (on[r]) stage_x<XOP>(xs + r * K, x, norm, r, K, 0, K, eps, scratch, g_first);
         __syncthreads();
+#ifdef RG_TRACE
+        rg_trace_mark(RG_STAGED);
+#endif
         int slot = 0;
         // One chunk: wait for it and a += w . x over this lane's 8 (R rows); the refill (AHEAD chunks on) goes into
         // the slot the previous chunk used, or with the whole ring in flight into this chunk's own slot after its
@@ -1038,6 +1047,9 @@ __device__ __forceinline__ void gemv_unit_body(void* y, const bf16* __restrict__
                 }
             }
         }
+#ifdef RG_TRACE
+        rg_trace_mark(RG_SUMMED);
+#endif
     } else {  // block-uniform: no input read, zeros stored (store_row)
         for (int n = group; n < units && lane == 0; n += groups) {
 #pragma unroll

@@ -12,11 +12,13 @@
 #ifdef RG_TRACE
 // Block trace, compiled in only with -DRG_TRACE (DecodeModel(compile_options=("-DRG_TRACE",)); read by
 // rawgraphs.model.trace). Thread 0 of each block that waits writes one record {%gridid, %smid << 32 | linear
-// block index, arrival at the wait, release from it, exit or 0, entry or 0} (%globaltimer, ns); a kernel that
-// calls rg_trace_enter() first thing and rg_trace_exit() last (gemv) adds its entry and exit (arrival - entry:
-// the block's work before the wait, gemv's first cp.async ring). rg_trace, a u64 buffer: [0] records per SM
+// block index, arrival at the wait, release from it, exit or 0, entry or 0, staged or 0, summed or 0}
+// (%globaltimer, ns); a kernel that calls rg_trace_enter() first thing and rg_trace_exit() last (gemv) adds its
+// entry and exit (arrival - entry: the block's work before the wait, gemv's first cp.async ring), and one that
+// calls rg_trace_mark(RG_STAGED) and rg_trace_mark(RG_SUMMED) (gemv) when its input is in shared memory (after
+// the block barrier) and when thread 0's warp has stored its last unit. rg_trace, a u64 buffer: [0] records per SM
 // (cap), [1] SM slots (nsm), SM s's record count at [16 + 16 s] (a line of its own: no contention between SMs),
-// its records from [16 + 16 nsm + 6 cap s]. The
+// its records from [16 + 16 nsm + 8 cap s]. The
 // slot is claimed before the wait, so the atomic's latency hides behind it. A block that returns without
 // waiting (attention past a row's context) leaves no record. Null (each module's default): nothing is written.
 __device__ unsigned long long* rg_trace;
@@ -38,7 +40,7 @@ __device__ __forceinline__ unsigned long long* rg_trace_claim() {
     const unsigned long long cap = tr[0], nsm = tr[1];
     if (sm >= nsm) return nullptr;
     const unsigned long long i = atomicAdd(tr + 16 + 16 * sm, 1ull);
-    return i < cap ? tr + 16 + 16 * nsm + 6 * (cap * sm + i) : nullptr;
+    return i < cap ? tr + 16 + 16 * nsm + 8 * (cap * sm + i) : nullptr;
 }
 
 __device__ __forceinline__ void rg_trace_put(unsigned long long* r, unsigned long long arrived) {
@@ -53,10 +55,19 @@ __device__ __forceinline__ void rg_trace_put(unsigned long long* r, unsigned lon
     r[3] = released;
     r[4] = 0;
     r[5] = 0;
+    r[6] = 0;
+    r[7] = 0;
 }
 
 __device__ __forceinline__ void rg_trace_enter() {
     if (threadIdx.x + threadIdx.y + threadIdx.z == 0) rg_entered = rg_globaltimer();
+}
+
+#define RG_STAGED 6
+#define RG_SUMMED 7
+// Thread 0 stamps its record's field (RG_STAGED, RG_SUMMED) now; a no-op for the other threads and untraced runs.
+__device__ __forceinline__ void rg_trace_mark(int field) {
+    if (threadIdx.x + threadIdx.y + threadIdx.z == 0 && rg_record != nullptr) rg_record[field] = rg_globaltimer();
 }
 
 // The exit time, once every thread of the block got here (one block barrier), and rg_trace_enter's: only for

@@ -12,6 +12,7 @@ import pytest
 from rawgraphs.context import gpu_available
 from rawgraphs.model import ModelConfig
 from rawgraphs.model.decode import DecodeModel
+from rawgraphs.model.trace import RECORD
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 SCRIPTS = ("decode", "batch_sweep", "padding_cost", "memory_cost", "device_loop")
@@ -22,6 +23,10 @@ import common  # noqa: E402
 import device_loop  # noqa: E402
 import memory_cost  # noqa: E402
 import padding_cost  # noqa: E402
+
+
+def records(rows):  # trace records (pdl.cuh's), the fields past a row's end 0 (not recorded)
+    return np.array([tuple(r) + (0,) * (len(RECORD.names) - len(r)) for r in rows], dtype=RECORD)
 
 
 def run_script(name, *args):
@@ -229,10 +234,10 @@ def test_boundary_trace_splits_a_launchs_work_into_release_skew_and_block_time()
     sys.path.insert(0, str(BENCH / "diagnostics"))
     from boundary_trace import boundaries
 
-    from rawgraphs.model.trace import RECORD, launch_spans
+    from rawgraphs.model.trace import launch_spans
 
-    recs = np.array([(7, 0, 0, 1000, 3000, 0), (7, 1 << 32 | 1, 100, 1400, 4400, 50),  # gemv: busy 2000, 3000
-                     (8, 0, 2000, 5000, 0, 0), (8, 1, 2100, 5300, 0, 0)], dtype=RECORD)  # attention: no exits
+    recs = records([(7, 0, 0, 1000, 3000, 0), (7, 1 << 32 | 1, 100, 1400, 4400, 50),  # gemv: busy 2000, 3000
+                     (8, 0, 2000, 5000, 0, 0), (8, 1, 2100, 5300, 0, 0)])  # attention: no exits
     (row,) = boundaries(launch_spans(recs, ["L0.gate_up", "L0.attention"]))
     assert row["kind"] == "gate_up" and row["critical"] == 4.0 and row["sits"] == 1.0 and row["skew"] == 0.4
     assert row["work"] == 3.4 and row["tail"] == 1.4 and row["handoff"] == 0.6
@@ -246,7 +251,6 @@ def test_block_placement_reads_a_launch_by_grid_thirds():
     sys.path.insert(0, str(BENCH / "diagnostics"))
     from block_placement import by_kind
 
-    from rawgraphs.model.trace import RECORD
 
     rows = []
     for layer, late in ((0, 2000), (1, 4000)):  # two layers of one kind; blocks 1 and 2 placed `late` ns later
@@ -254,7 +258,7 @@ def test_block_placement_reads_a_launch_by_grid_thirds():
         for blk, sm in ((2, 1), (0, 0), (1, 1)):  # records out of block order
             shift = late if blk else 0
             rows.append((g, sm << 32 | blk, 100 + shift, 1000 + shift, 5000 + shift, 50 + shift))
-    got = by_kind(np.array(rows, dtype=RECORD), ["L0.gate_up", "L1.gate_up"])["gate_up"]
+    got = by_kind(records(rows), ["L0.gate_up", "L1.gate_up"])["gate_up"]
     assert got["entered"] == [-0.95, 2.05, 2.05] and got["arrived"] == [-0.9, 2.1, 2.1]  # medians of 2 and 4 us
     assert got["released"] == [0.0, 3.0, 3.0] and got["exit"] == [4.0, 7.0, 7.0]
     assert got["exit_p0_p50_p100"] == [4.0, 7.0, 7.0] and got["within_sm_sd"] == 0.0 and got["sm_mean_sd"] == 1.5
@@ -262,7 +266,7 @@ def test_block_placement_reads_a_launch_by_grid_thirds():
     last = got["last_exit_holding"]
     assert last[1:3] == [4.0, 7.0] and all(math.isnan(last[k]) for k in (0, 3, 4))
     with pytest.raises(ValueError, match="2 launches, the names 1"):
-        by_kind(np.array(rows, dtype=RECORD), ["L0.gate_up"])
+        by_kind(records(rows), ["L0.gate_up"])
 
 
 def test_block_placement_lists_the_launches_of_chosen_layers():
@@ -271,11 +275,10 @@ def test_block_placement_lists_the_launches_of_chosen_layers():
     sys.path.insert(0, str(BENCH / "diagnostics"))
     from block_placement import layer_lines
 
-    from rawgraphs.model.trace import RECORD
 
-    recs = np.array([(5, 0, 500, 900, 0, 0),                                     # L0.attention: no entry / exit
+    recs = records([(5, 0, 500, 900, 0, 0),                                     # L0.attention: no entry / exit
                      (6, 0, 1000, 2000, 4000, 250), (6, 1 << 32 | 1, 1500, 2500, 6500, 750),  # L1.o_proj
-                     (7, 0, 7000, 8000, 0, 0)], dtype=RECORD)
+                     (7, 0, 7000, 8000, 0, 0)])
     lines = layer_lines(recs, ["L0.attention", "L1.o_proj", "L2.qkv"], [1])
     assert lines == ["L1.o_proj     n=   2 arr    0.50/   1.00 rel    1.50/   2.00 ent   -0.25/   0.25 "
                      "exit    3.50/   6.00 busy 3.00"]
@@ -290,7 +293,6 @@ def test_block_placement_tabulates_units_per_sm_of_the_unit_stream():
     sys.path.insert(0, str(BENCH / "diagnostics"))
     from block_placement import block_units, load_table
 
-    from rawgraphs.model.trace import RECORD
 
     assert block_units(10, 2, warps=4).tolist() == [6, 4]  # groups 0, 1 own two units (g and g + 8), the rest one
     gate_up = block_units(5632, 396)  # 1b gate_up: 5632 row pairs over 3168 warps
@@ -298,11 +300,11 @@ def test_block_placement_tabulates_units_per_sm_of_the_unit_stream():
     # 1b o_proj (256 blocks of 8 units): blocks 0-2 on SM 0, block 3 on SM 1; released at 1000 ns
     rows = [(7, 0 << 32 | b, 500, 1000, 1000 + 1000 * t, 100) for b, t in ((0, 3), (1, 4), (2, 9))]
     rows.append((7, 1 << 32 | 3, 500, 1000, 6000, 100))
-    assert load_table(np.array(rows, dtype=RECORD), ["L0.o_proj"], "1b") == {"o_proj": {8: (1, 5.0), 24: (1, 9.0)}}
-    assert load_table(np.array(rows, dtype=RECORD), ["L0.o_proj"], "small") == {}  # small's o: parts = 2
+    assert load_table(records(rows), ["L0.o_proj"], "1b") == {"o_proj": {8: (1, 5.0), 24: (1, 9.0)}}
+    assert load_table(records(rows), ["L0.o_proj"], "small") == {}  # small's o: parts = 2
     far = [(7, 0 << 32 | 300, 500, 1000, 2000, 100)]
     with pytest.raises(ValueError, match="block 300 in the records, the 1b plan has 256"):
-        load_table(np.array(far, dtype=RECORD), ["L0.o_proj"], "1b")
+        load_table(records(far), ["L0.o_proj"], "1b")
 
 
 def test_ab_trees_prepares_refs_and_the_working_tree_and_tabulates_rounds(tmp_path, monkeypatch):

@@ -8,8 +8,8 @@ import pytest
 from rawgraphs.model.trace import RECORD, launch_spans
 
 
-def records(rows):
-    return np.array(rows, dtype=RECORD)
+def records(rows):  # rows of pdl.cuh's record, the fields past a row's end 0 (not recorded)
+    return np.array([tuple(r) + (0,) * (len(RECORD.names) - len(r)) for r in rows], dtype=RECORD)
 
 
 def test_spans_group_by_grid_in_launch_order():
@@ -17,11 +17,24 @@ def test_spans_group_by_grid_in_launch_order():
                     (7, 3 << 32 | 1, 1100, 1250, 1550, 1050), (9, 2 << 32 | 1, 1600, 1800, 0, 0)])
     a, b = launch_spans(recs, ["a", "b"])
     # prologue: median of 100 and 50; busy: each block's release -> exit, 200 and 300 ns (median, longest)
-    assert a == ("a", 2, (0.0, 100.0), (200.0, 250.0), (400.0, 550.0), (-100.0, 50.0), 75.0, (250.0, 300.0))
+    assert a[:8] == ("a", 2, (0.0, 100.0), (200.0, 250.0), (400.0, 550.0), (-100.0, 50.0), 75.0, (250.0, 300.0))
+    assert math.isnan(a.stage) and math.isnan(a.units)  # no staged / summed marks recorded
     assert b.name == "b" and b.blocks == 2 and b.arrive == (500.0, 600.0) and b.release == (700.0, 800.0)
     assert all(math.isnan(t) for t in b.exit + b.enter + (b.prologue,) + b.busy)  # no entry or exit times for b
     with pytest.raises(ValueError, match="2 launches, the step has 3"):
         launch_spans(recs, ["a", "b", "c"])
+
+
+def test_spans_split_a_gemv_blocks_time_at_its_marks_and_read_old_records():
+    """stage: each block's release -> input staged, units: staged -> units stored (medians); records saved before
+    the marks existed (six fields) give NaN for both and everything else as before."""
+    recs = records([(7, 0, 1000, 1200, 2000, 900, 1500, 1800), (7, 1, 1100, 1300, 2200, 950, 1700, 2100),
+                    (7, 2, 1100, 1300, 2200, 950, 1600, 2000)])
+    (a,) = launch_spans(recs, ["a"])
+    assert (a.stage, a.units) == (300.0, 400.0)  # medians of 300, 400, 300 and 300, 400, 400
+    old = np.array([r[:6] for r in recs.tolist()], dtype=np.dtype(RECORD.descr[:6]))
+    (b,) = launch_spans(old, ["a"])
+    assert b[:8] == a[:8] and math.isnan(b.stage) and math.isnan(b.units)
 
 
 @pytest.mark.gpu
@@ -68,5 +81,8 @@ def test_traced_step_records_every_block_and_changes_no_result(stream, rng):
     assert gemv_blocks and np.count_nonzero(recs["exit"]) == np.count_nonzero(recs["entered"]) == gemv_blocks
     gemv = recs[recs["entered"] != 0]
     assert np.all(gemv["entered"] <= gemv["arrived"]) and np.all(gemv["released"] <= gemv["exit"])
+    # and, every block of the tiny model's rows being active, when its input was staged and its units stored
+    assert np.all(gemv["released"] <= gemv["staged"]) and np.all(gemv["staged"] <= gemv["summed"])
+    assert np.all(gemv["summed"] <= gemv["exit"]) and np.count_nonzero(recs["staged"]) == gemv_blocks
     assert len({int(r) >> 32 for r in recs["where"]}) > 1  # blocks on more than one SM
     trace.close()

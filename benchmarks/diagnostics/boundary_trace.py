@@ -14,7 +14,10 @@ The step (graph replay, B = 1, context 512) runs with kernels/pdl.cuh's trace co
   start - first release: > 0 when blocks only found room on an SM after the launch was let go), ``prologue``
   (median over blocks of start -> arrival at the wait: issuing the first cp.async ring), and ``busy`` /
   ``busy_max`` (median and longest over blocks of the block's own release -> its exit): ``work`` is at most
-  ``skew`` + ``busy_max``, so the two tell a late release from a slow block.
+  ``skew`` + ``busy_max``, so the two tell a late release from a slow block. ``busy`` splits into ``stage`` (median
+  of a block's release -> its input in shared memory, after the block barrier: the input's read and RMSNorm),
+  ``units`` (input staged -> thread 0's warp's last unit stored: the dots on weights still arriving) and the rest
+  (the other warps' last units, the exit barrier).
 
 The traced step is timed beside an untraced model of the same weights, to show what the trace costs (100-160 us on
 1b; it can reorder two variants of a kernel's grid, session 30: rank variants by the untraced A/B); the last
@@ -50,7 +53,8 @@ def boundaries(spans) -> list[dict]:
         if not np.isnan(s.exit[1]):
             r.update(work=(s.exit[1] - s.release[0]) / 1e3, tail=(s.exit[1] - s.exit[0]) / 1e3,
                      handoff=(nxt.release[0] - s.exit[1]) / 1e3, placed=(s.enter[1] - s.release[0]) / 1e3,
-                     prologue=s.prologue / 1e3, busy=s.busy[0] / 1e3, busy_max=s.busy[1] / 1e3)
+                     prologue=s.prologue / 1e3, busy=s.busy[0] / 1e3, busy_max=s.busy[1] / 1e3,
+                     stage=s.stage / 1e3, units=s.units / 1e3)
         rows.append(r)
     return rows
 
@@ -93,7 +97,7 @@ def run(preset: str, B: int, stream: Stream, out) -> dict:
     print(f"{preset} B={B}, context {CONTEXT}: step {steps['plain']:.1f} us, traced {steps['traced']:.1f} us "
           f"({len(names)} launches; finest %globaltimer step seen {min(ticks)} ns)")
     cols = ("per_step", "blocks", "critical", "sits", "late", "skew", "work", "tail", "handoff", "placed", "prologue",
-            "busy", "busy_max")
+            "busy", "busy_max", "stage", "units")
     print("  " + " ".join(f"{c:>10s}" for c in ("kind",) + cols))
     for k, v in by_kind.items():
         print("  " + f"{k:>10s} " + " ".join(f"{v[c]:10.2f}" if c in v else f"{'-':>10s}" for c in cols))

@@ -1,5 +1,6 @@
 """Per-block timestamps of the decode step: when each block of each launch reached its PDL wait, when the wait
-let it go, and (``gemv``) when it started and finished. It shows what a launch boundary is made of on the GPU itself::
+let it go, and (``gemv``) when it started, had its input in shared memory, had stored its units and finished. It
+shows what a launch boundary is made of on the GPU itself::
 
     model = DecodeModel(cfg, weights, compile_options=("-DRG_TRACE",))   # kernels/pdl.cuh's trace compiled in
     trace = BlockTrace(model.modules)
@@ -8,7 +9,7 @@ let it go, and (``gemv``) when it started and finished. It shows what a launch b
     stream.synchronize()
     spans = launch_spans(trace.records(), [ln.name for ln in model.step_launches(B)])
 
-Times are ``%globaltimer`` nanoseconds (one clock for every SM). The trace costs an atomic and six stores per
+Times are ``%globaltimer`` nanoseconds (one clock for every SM). The trace costs an atomic and eight stores per
 block (plus a block barrier in ``gemv``), so compare a traced step with an untraced one before reading small
 gaps.
 """
@@ -26,8 +27,9 @@ from ..memory import DeviceBuffer, DeviceView
 __all__ = ["BlockTrace", "LaunchSpan", "launch_spans"]
 
 RECORD = np.dtype([("grid", "<u8"), ("where", "<u8"), ("arrived", "<u8"), ("released", "<u8"),
-                   ("exit", "<u8"), ("entered", "<u8")])  # pdl.cuh's record; where = smid << 32 | block; exit
-# and entered 0 = none (only gemv records them)
+                   ("exit", "<u8"), ("entered", "<u8"), ("staged", "<u8"), ("summed", "<u8")])  # pdl.cuh's
+# record; where = smid << 32 | block; exit, entered, staged and summed 0 = none (only gemv records them). Records
+# saved before session 37 lack staged and summed: launch_spans reads them as none.
 _WORDS = RECORD.itemsize // 8
 _HEAD = 16  # u64 before the per-SM counters
 _LINE = 16  # u64 per SM counter (one 128-byte line each)
@@ -93,6 +95,8 @@ class LaunchSpan(NamedTuple):
     enter: tuple[float, float]    # first, last block started (gemv only)
     prologue: float               # median over blocks of start -> arrival at the wait (gemv only)
     busy: tuple[float, float]     # median, longest over blocks of its own release -> its exit (gemv only)
+    stage: float = math.nan       # median over blocks of release -> input in shared memory (gemv only)
+    units: float = math.nan       # median over blocks of input staged -> thread 0's warp's last unit stored
 
 
 def launch_spans(records: np.ndarray, names) -> list[LaunchSpan]:
@@ -109,10 +113,13 @@ def launch_spans(records: np.ndarray, names) -> list[LaunchSpan]:
         r = records[records["grid"] == grid]
         started, done = r[r["entered"] != 0], r[r["exit"] != 0]
         busy = done["exit"].astype(np.int64) - done["released"].astype(np.int64)
+        marked = r[(r["staged"] != 0) & (r["summed"] != 0)] if "staged" in r.dtype.names else None
         spans.append(LaunchSpan(name, len(r), _first_last(r["arrived"], t_ref), _first_last(r["released"], t_ref),
                                 _first_last(done["exit"], t_ref), _first_last(started["entered"], t_ref),
                                 _median_gap(started["entered"], started["arrived"]),
-                                (float(np.median(busy)), float(busy.max())) if len(busy) else (math.nan, math.nan)))
+                                (float(np.median(busy)), float(busy.max())) if len(busy) else (math.nan, math.nan),
+                                *((_median_gap(marked["released"], marked["staged"]),
+                                   _median_gap(marked["staged"], marked["summed"])) if marked is not None else ())))
     return spans
 
 
