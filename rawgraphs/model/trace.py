@@ -113,13 +113,15 @@ def launch_spans(records: np.ndarray, names) -> list[LaunchSpan]:
         r = records[records["grid"] == grid]
         started, done = r[r["entered"] != 0], r[r["exit"] != 0]
         busy = done["exit"].astype(np.int64) - done["released"].astype(np.int64)
-        marked = r[(r["staged"] != 0) & (r["summed"] != 0)] if "staged" in r.dtype.names else None
+        marks = (math.nan, math.nan)  # stage, units: records saved before session 37 have no marks
+        if "staged" in r.dtype.names:
+            m = r[(r["staged"] != 0) & (r["summed"] != 0)]
+            marks = _median_gap(m["released"], m["staged"]), _median_gap(m["staged"], m["summed"])
         spans.append(LaunchSpan(name, len(r), _first_last(r["arrived"], t_ref), _first_last(r["released"], t_ref),
                                 _first_last(done["exit"], t_ref), _first_last(started["entered"], t_ref),
                                 _median_gap(started["entered"], started["arrived"]),
                                 (float(np.median(busy)), float(busy.max())) if len(busy) else (math.nan, math.nan),
-                                *((_median_gap(marked["released"], marked["staged"]),
-                                   _median_gap(marked["staged"], marked["summed"])) if marked is not None else ())))
+                                *marks))
     return spans
 
 
