@@ -36,3 +36,12 @@ def stream(dev):
     with Stream.create() as s:
         yield s
         s.synchronize()
+
+
+@pytest.fixture
+def records():
+    """Block-trace records (kernels/pdl.cuh's, ``rawgraphs.model.trace.RECORD``) from tuples; the fields past a
+    tuple's end are 0 (not recorded), as in records saved before a field existed."""
+    from rawgraphs.model.trace import RECORD
+
+    return lambda rows: np.array([tuple(r) + (0,) * (len(RECORD.names) - len(r)) for r in rows], dtype=RECORD)

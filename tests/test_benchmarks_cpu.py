@@ -12,7 +12,6 @@ import pytest
 from rawgraphs.context import gpu_available
 from rawgraphs.model import ModelConfig
 from rawgraphs.model.decode import DecodeModel
-from rawgraphs.model.trace import RECORD
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 SCRIPTS = ("decode", "batch_sweep", "padding_cost", "memory_cost", "device_loop")
@@ -23,10 +22,6 @@ import common  # noqa: E402
 import device_loop  # noqa: E402
 import memory_cost  # noqa: E402
 import padding_cost  # noqa: E402
-
-
-def records(rows):  # trace records (pdl.cuh's), the fields past a row's end 0 (not recorded)
-    return np.array([tuple(r) + (0,) * (len(RECORD.names) - len(r)) for r in rows], dtype=RECORD)
 
 
 def run_script(name, *args):
@@ -228,7 +223,7 @@ def test_sass_count_names_the_model_template_instantiations(capsys):
     assert any(i.startswith("EXIT") or " EXIT" in i for i in kernels["attention<128,1,true>"])
 
 
-def test_boundary_trace_splits_a_launchs_work_into_release_skew_and_block_time():
+def test_boundary_trace_splits_a_launchs_work_into_release_skew_and_block_time(records):
     """boundary_trace.py's per-launch quantities from two traced launches (ns): the critical path to the next
     release, the release skew, and a gemv's busy time per block, which with the skew bounds its work."""
     sys.path.insert(0, str(BENCH / "diagnostics"))
@@ -244,7 +239,7 @@ def test_boundary_trace_splits_a_launchs_work_into_release_skew_and_block_time()
     assert (row["busy"], row["busy_max"]) == (2.5, 3.0) and row["work"] <= row["skew"] + row["busy_max"]
 
 
-def test_block_placement_reads_a_launch_by_grid_thirds():
+def test_block_placement_reads_a_launch_by_grid_thirds(records):
     """block_placement.py: per kind, medians over layers of each grid third's entry / arrival / release / exit in us
     from the launch's first release (blocks sorted by index, whatever the record order), the exit spread, and the
     SMs by how many blocks they held with their last exit."""
@@ -269,7 +264,7 @@ def test_block_placement_reads_a_launch_by_grid_thirds():
         by_kind(records(rows), ["L0.gate_up"])
 
 
-def test_block_placement_lists_the_launches_of_chosen_layers():
+def test_block_placement_lists_the_launches_of_chosen_layers(records):
     """block_placement.py --layers: the chosen layers' launches in step order, first/last times in us from the
     step's first arrival; other layers are left out."""
     sys.path.insert(0, str(BENCH / "diagnostics"))
@@ -286,7 +281,7 @@ def test_block_placement_lists_the_launches_of_chosen_layers():
         "L0.attention", "L2.qkv"]
 
 
-def test_block_placement_tabulates_units_per_sm_of_the_unit_stream():
+def test_block_placement_tabulates_units_per_sm_of_the_unit_stream(records):
     """block_placement.py --preset: each block's units from the unit stream's block-major order, and per SM load its
     SMs and their last exit (us from the launch's first release); a launch whose plan is not the unit stream, or
     records of another grid, are not guessed at."""

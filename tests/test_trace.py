@@ -8,11 +8,7 @@ import pytest
 from rawgraphs.model.trace import RECORD, launch_spans
 
 
-def records(rows):  # rows of pdl.cuh's record, the fields past a row's end 0 (not recorded)
-    return np.array([tuple(r) + (0,) * (len(RECORD.names) - len(r)) for r in rows], dtype=RECORD)
-
-
-def test_spans_group_by_grid_in_launch_order():
+def test_spans_group_by_grid_in_launch_order(records):
     recs = records([(9, 1 << 32 | 0, 1500, 1700, 0, 0), (7, 0, 1000, 1200, 1400, 900),
                     (7, 3 << 32 | 1, 1100, 1250, 1550, 1050), (9, 2 << 32 | 1, 1600, 1800, 0, 0)])
     a, b = launch_spans(recs, ["a", "b"])
@@ -25,7 +21,7 @@ def test_spans_group_by_grid_in_launch_order():
         launch_spans(recs, ["a", "b", "c"])
 
 
-def test_spans_split_a_gemv_blocks_time_at_its_marks_and_read_old_records():
+def test_spans_split_a_gemv_blocks_time_at_its_marks_and_read_old_records(records):
     """stage: each block's release -> input staged, units: staged -> units stored (medians); records saved before
     the marks existed (six fields) give NaN for both and everything else as before."""
     recs = records([(7, 0, 1000, 1200, 2000, 900, 1500, 1800), (7, 1, 1100, 1300, 2200, 950, 1700, 2100),
