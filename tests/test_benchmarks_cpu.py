@@ -296,7 +296,8 @@ def test_block_placement_tabulates_units_per_sm_of_the_unit_stream(records):
     rows = [(7, 0 << 32 | b, 500, 1000, 1000 + 1000 * t, 100) for b, t in ((0, 3), (1, 4), (2, 9))]
     rows.append((7, 1 << 32 | 3, 500, 1000, 6000, 100))
     assert load_table(records(rows), ["L0.o_proj"], "1b") == {"o_proj": {8: (1, 5.0), 24: (1, 9.0)}}
-    assert load_table(records(rows), ["L0.o_proj"], "small") == {}  # small's o: parts = 2
+    assert load_table(records(rows), ["L0.o_proj"], "small") == {"o_proj": {8: (1, 5.0), 24: (1, 9.0)}}  # 96 x 8
+    assert load_table(records(rows), ["L0.attention"], "1b") == {}  # not a gemv
     far = [(7, 0 << 32 | 300, 500, 1000, 2000, 100)]
     with pytest.raises(ValueError, match="block 300 in the records, the 1b plan has 256"):
         load_table(records(far), ["L0.o_proj"], "1b")
