@@ -286,6 +286,8 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         shared = max(rings + 2 * k_chunk, GEMV_THREE_PER_SM_SHARED)
     elif kernel == "gemv_mma":
         block, tiles = (256, 1, 1), math.ceil(N / MMA_ROWS)
+        if splits is None and tiles < MMA_MERGE_MIN:  # probe: no splitk_reduce launch (small's down: 48 blocks)
+            splits = 1
         splits, k_chunk = _splits(tiles, K, MMA_SPLIT_TARGET, MMA_MIN_CHUNK, splits)
         grid = (tiles, splits, 1)
         if two_per_sm(B, tiles * splits):
