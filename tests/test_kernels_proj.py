@@ -132,6 +132,7 @@ def test_gemv_plan(B, N, K):
         blocks = math.prod(plan.grid) // plan.splits
         limit = {"gemv_mma": MMA_SPLIT_TARGET, "gemm_tc": tc_target_blocks(B)}[plan.kernel]
         assert plan.splits == 1 or blocks < limit
+        assert plan.kernel != "gemv_mma" or plan.splits == 1 or blocks >= MMA_MERGE_MIN  # no reduce launch
     launches = plan.launches("y", "x", "w", "ws", B, N, K, counters="c")
     assert launches[0].args["norm"] == 0 and launches[0].args["x_op"] == X_OPS["plain"]
     if plan.splits == 1:
