@@ -30,15 +30,15 @@ previous 4-rows-per-block GEMV and the same kernel with half the grid (16 warps 
 ``gemv_mma`` takes 40-50% less time than B passes of a CUDA-core GEMV; at B = 64 and 256 ``gemm_tc`` wins.
 
 When the grid would leave SMs idle (``gemm_tc``: fewer than ``tc_target_blocks(B)`` blocks; ``gemv_mma``: fewer than
-``MMA_SPLIT_TARGET``, but at least ``MMA_MERGE_MIN`` row blocks) the K range is split; ``gemv`` splits only where its x
-row would not fit in shared memory (K > 7424). The main kernel then writes fp32 partials to a **workspace**
-(``plan.workspace_bytes``), which are added in a fixed order (bit-identical run to run) before the output is applied:
-``gemv`` writes ``[splits, B, N]`` and a ``splitk_reduce`` launch follows (as for ``gemv_mma`` grids of fewer than
-``MMA_MERGE_MIN`` row blocks split by force); in other ``gemv_mma`` grids (the same layout) and ``gemm_tc`` (one 64 x 64
-slab per tile and split) the last of a tile's blocks to finish (an atomic count in ``counters``: ``plan.counters`` int32
-zeros that the kernel leaves zero) sums them itself, saving the launch. The decode step allocates one workspace of
-``max_workspace_bytes(...)`` and one counter array of ``max_counters(...)`` over every projection and batch size it
-launches, and shares them between projections (they run one after the other on one stream).
+``MMA_SPLIT_TARGET``, and at B <= ``MMA_UNSPLIT_MAX_B`` at least ``MMA_MERGE_MIN`` row blocks) the K range is split;
+``gemv`` splits only where its x row would not fit in shared memory (K > 7424). The main kernel then writes fp32
+partials to a **workspace** (``plan.workspace_bytes``), which are added in a fixed order (bit-identical run to run)
+before the output is applied: ``gemv`` writes ``[splits, B, N]`` and a ``splitk_reduce`` launch follows (as for
+``gemv_mma`` grids of fewer than ``MMA_MERGE_MIN`` row blocks); in other ``gemv_mma`` grids (the same layout) and
+``gemm_tc`` (one 64 x 64 slab per tile and split) the last of a tile's blocks to finish (an atomic count in
+``counters``: ``plan.counters`` int32 zeros that the kernel leaves zero) sums them itself, saving the launch. The decode
+step allocates one workspace of ``max_workspace_bytes(...)`` and one counter array of ``max_counters(...)`` over every
+projection and batch size it launches, and shares them between projections (they run one after the other on one stream).
 
 Output modes (``out``): ``"bf16"`` y bf16; ``"residual"`` y bf16 updated in place, ``y += x @ W^T``; ``"f32"``
 y fp32 (logits); ``"silu"`` the SwiGLU of a fused gate/up weight ``[2F, K]`` (gate rows, then up): y bf16
@@ -59,9 +59,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-__all__ = ["MMA_MERGE_MIN", "MMA_SPLIT_TARGET", "OUT_MODES", "PARTIAL", "TC_SHARED", "TC_TWO_PER_SM_SHARED",
-           "TWO_PER_SM_SHARED", "X_OPS", "SMS", "GemvPlan", "Launch", "gemv_plan", "max_counters",
-           "max_workspace_bytes", "rows_fit", "tc_target_blocks", "two_per_sm"]
+__all__ = ["MMA_MERGE_MIN", "MMA_SPLIT_TARGET", "MMA_UNSPLIT_MAX_B", "OUT_MODES", "PARTIAL", "TC_SHARED",
+           "TC_TWO_PER_SM_SHARED", "TWO_PER_SM_SHARED", "X_OPS", "SMS", "GemvPlan", "Launch", "gemv_plan",
+           "max_counters", "max_workspace_bytes", "rows_fit", "tc_target_blocks", "two_per_sm"]
 
 OUT_MODES = {"bf16": 0, "residual": 1, "f32": 2, "silu": 4}  # the `mode` argument of kernels/gemv.cu
 PARTIAL = 3  # mode: write fp32 partials of one K split
@@ -74,11 +74,12 @@ MMA_ROWS = 16  # weight rows per gemv_mma block
 # splitk_reduce launch after the split, 128 blocks (1b's o and down) unsplit beat 2 or 3 splits, and the target was
 # SMS // 2; merged in the kernel, 2 x SMS took 1b B = 4 / 8 / 16 from 1128 / 1251 / 1614 to 1059 / 1189 / 1508 us
 # (graph, context 512, H200, session 20). Chunks of 256 (small's K = 768 split too) lost: small B = 8 321 -> 406 us.
-# Grids of fewer than MMA_MERGE_MIN row blocks are not split: merged in the kernel, small's down (48 blocks x 2
-# splits) took small B = 4 / 8 / 16 from 300 / 320 / 427 to 309 / 332 / 438 us (same session) against a splitk_reduce
-# launch after it, and unsplit on 48 blocks it beat that launch: small B = 4 / 8 324.4 / 348.8 -> 320.0 / 346.7 us
-# (H100, session 38; 12 launches fewer a step).
-MMA_SPLIT_TARGET, MMA_MIN_CHUNK, MMA_MERGE_MIN = 2 * SMS, 1024, SMS // 2
+# Grids of fewer than MMA_MERGE_MIN row blocks keep the splitk_reduce launch: merged, small's down (48 blocks x 2
+# splits) took small B = 4 / 8 / 16 from 300 / 320 / 427 to 309 / 332 / 438 us (same session). Up to B =
+# MMA_UNSPLIT_MAX_B they are not split at all, so no reduce launch follows: small B = 4 / 8 324.4 / 348.8 -> 320.0 /
+# 346.7 us and 325.7 -> 323.2 at B = 4 again; at B = 12 / 16 unsplit lost, 425.3 / 461.4 -> 438.6 / 475.8 us (H100,
+# session 38; three rounds each).
+MMA_SPLIT_TARGET, MMA_MIN_CHUNK, MMA_MERGE_MIN, MMA_UNSPLIT_MAX_B = 2 * SMS, 1024, SMS // 2, 8
 # gemv_mma: unused dynamic shared memory that caps it at 2 blocks per SM (30 KiB of static arrays + 48 KiB, a third
 # block would need 3 x 79 KiB of the SM's 228, counting the 1 KiB per block the driver reserves). A GPU test reads
 # the occupancy back (tests/test_kernels_proj.py::test_plans_blocks_per_sm), a CPU test checks it against ptxas -v.
@@ -124,8 +125,8 @@ class Launch(NamedTuple):
 @dataclass(frozen=True)
 class GemvPlan:
     """How to launch one projection. ``kernel, grid, block, shared, splits`` describe the main launch; with
-    ``splits > 1`` it writes partials: ``gemv`` (and ``gemv_mma`` on fewer than ``MMA_MERGE_MIN`` row blocks, split
-    only when forced) with ``mode == PARTIAL``, and ``splitk_reduce`` follows; ``gemm_tc`` and other ``gemv_mma``
+    ``splits > 1`` it writes partials: ``gemv`` (and ``gemv_mma`` on fewer than ``MMA_MERGE_MIN`` row blocks) with
+    ``mode == PARTIAL``, and ``splitk_reduce`` follows; ``gemm_tc`` and other ``gemv_mma``
     grids with the output's mode, merging them in the kernel (``counters`` > 0)."""
 
     kernel: str
@@ -288,7 +289,7 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         shared = max(rings + 2 * k_chunk, GEMV_THREE_PER_SM_SHARED)
     elif kernel == "gemv_mma":
         block, tiles = (256, 1, 1), math.ceil(N / MMA_ROWS)
-        if splits is None and tiles < MMA_MERGE_MIN:
+        if splits is None and tiles < MMA_MERGE_MIN and B <= MMA_UNSPLIT_MAX_B:
             splits = 1
         splits, k_chunk = _splits(tiles, K, MMA_SPLIT_TARGET, MMA_MIN_CHUNK, splits)
         grid = (tiles, splits, 1)
