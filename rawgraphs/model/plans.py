@@ -77,8 +77,8 @@ MMA_ROWS = 16  # weight rows per gemv_mma block
 # Grids of fewer than MMA_MERGE_MIN row blocks keep the splitk_reduce launch: merged, small's down (48 blocks x 2
 # splits) took small B = 4 / 8 / 16 from 300 / 320 / 427 to 309 / 332 / 438 us (same session). Up to B =
 # MMA_UNSPLIT_MAX_B they are not split at all, so no reduce launch follows: small B = 4 / 8 324.4 / 348.8 -> 320.0 /
-# 346.7 us and 325.7 -> 323.2 at B = 4 again; at B = 12 / 16 unsplit lost, 425.3 / 461.4 -> 438.6 / 475.8 us (H100,
-# session 38; three rounds each).
+# 346.7 us and 325.5 -> 323.0 at B = 4 again; at B = 12 / 16 unsplit lost, 424.9 / 461.4 -> 438.6 / 475.8 us (H100,
+# session 38; medians of three rounds).
 MMA_SPLIT_TARGET, MMA_MIN_CHUNK, MMA_MERGE_MIN, MMA_UNSPLIT_MAX_B = 2 * SMS, 1024, SMS // 2, 8
 # gemv_mma: unused dynamic shared memory that caps it at 2 blocks per SM (30 KiB of static arrays + 48 KiB, a third
 # block would need 3 x 79 KiB of the SM's 228, counting the 1 KiB per block the driver reserves). A GPU test reads
