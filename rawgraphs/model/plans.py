@@ -76,7 +76,7 @@ MMA_ROWS = 16  # weight rows per gemv_mma block
 # (graph, context 512, H200, session 20). Chunks of 256 (small's K = 768 split too) lost: small B = 8 321 -> 406 us.
 # Grids of fewer than MMA_MERGE_MIN row blocks keep the splitk_reduce launch: merged, small's down (48 blocks x 2
 # splits) took small B = 4 / 8 / 16 from 300 / 320 / 427 to 309 / 332 / 438 us (same session). Up to B =
-# MMA_UNSPLIT_MAX_B they are not split at all, so no reduce launch follows: small B = 4 / 8 324.4 / 348.8 -> 320.0 /
+# MMA_UNSPLIT_MAX_B they are not split at all, so no reduce launch follows: small B = 4 / 8 324.1 / 348.8 -> 320.0 /
 # 346.7 us and 325.5 -> 323.0 at B = 4 again; at B = 12 / 16 unsplit lost, 424.9 / 461.4 -> 438.6 / 475.8 us (H100,
 # session 38; medians of three rounds).
 MMA_SPLIT_TARGET, MMA_MIN_CHUNK, MMA_MERGE_MIN, MMA_UNSPLIT_MAX_B = 2 * SMS, 1024, SMS // 2, 8
