@@ -104,9 +104,10 @@ def test_plan_shapes():
     assert [attention_plan(16, 16, 128, batch=b, max_seq_len=4096).partition for b in (1, 2, 8, 16, 32)] == \
         [256, 256, 256, 256, 512]
     assert attention_plan(16, 4, 128, batch=1, max_seq_len=4096).partition == 64  # G = 4: 4 blocks per split
-    # below one block per SM at context 512, a row's split length follows its context down to 64 tokens
-    assert [attention_plan(16, 16, 128, batch=b, max_seq_len=4096).min_partition for b in (1, 2, 4, 8)] == \
-        [64, 64, 64, 64]
+    # below one block per SM at context 512, or up to B = 8, a row's split length follows its context down to 64
+    # tokens
+    assert [attention_plan(16, 16, 128, batch=b, max_seq_len=4096).min_partition for b in (1, 2, 4, 8, 9)] == \
+        [64, 64, 64, 64, 256]
     assert attention_plan(16, 16, 128, batch=1, max_seq_len=4096, partition=256).min_partition == 256  # forced
     single = attention_plan(16, 4, 128, batch=128, max_seq_len=512)
     assert single.max_splits == 1 and not single.combine and single.workspace_bytes == 0

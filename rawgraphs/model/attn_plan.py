@@ -58,6 +58,11 @@ _PREFETCH_B1 = 2
 # 256 10703 -> 10855 / 3171 -> 3251.
 _PRE_MAX_BATCH = 32
 _SHORT_SPLITS = 16  # at most this many splits hold a short-context plan's row (ATTN_SHORT_SPLITS in attention.cu)
+# Batches up to this take the short-context plan (splits that follow the context) even where fixed 128-token splits
+# would fill the SMs at context 512. H100, graph step, A/B, three rounds (two at 2048), us, main -> short, small /
+# 1b: context 512 B = 3 313.2 -> 302.0 / 1092.3 -> 1086.9, B = 8 345.8 -> 347.0 / 1369.4 -> 1338.1; context 2048
+# B = 8 514.8 -> 507.4 / 1871.8 -> 1830.8 (session 38; B = 4-7 not timed).
+_SHORT_MAX_BATCH = 8
 
 
 def attention_kernel(head_dim: int, heads_per_block: int, pre: bool) -> str:
@@ -148,9 +153,10 @@ def attention_plan(n_heads: int, n_kv_heads: int, head_dim: int, batch: int, max
     per split, one busy block per row and head) took 18.9 us per layer; 128-token splits spread the same bytes
     over 4x the blocks (1b B=8 step 1.84 -> 1.78 ms, small B=8 0.46 -> 0.41 ms). ``partition`` forces a value
     (a multiple of 64 up to 2048; then min_partition = partition), e.g. to test the split path with short
-    contexts. Where the partition gives fewer blocks than SMs at context 512, a row's split length follows its
-    context at run time down to 64 tokens (``min_partition``): B = 1, 16 heads, context 513 took 8.1 us with
-    64-token splits and 9.8 us with 128, but 20.7 vs 16.8 us at 4096 (H200, session 2). ``heads_per_block``
+    contexts. Where the partition gives fewer blocks than SMs at context 512, and for any batch up to
+    ``_SHORT_MAX_BATCH``, a row's split length follows its context at run time down to 64 tokens
+    (``min_partition``): B = 1, 16 heads, context 513 took 8.1 us with 64-token splits and 9.8 us with 128, but
+    20.7 vs 16.8 us at 4096 (H200, session 2). ``heads_per_block``
     forces G (4, 2 or 1, dividing H/KVH; default: the largest that divides), e.g. to compare variants.
     """
     if head_dim not in HEAD_DIMS:
@@ -170,7 +176,8 @@ def attention_plan(n_heads: int, n_kv_heads: int, head_dim: int, batch: int, max
             fits = [p for p in _PARTITIONS if p >= floor]
             return next((p for p in fits if batch * y * math.ceil(ctx / p) >= 2 * num_sms), fits[-1])
         partition = min(filling(max_seq_len, _PARTITIONS[-1]), filling(min(max_seq_len, _SHORT_CONTEXT), 128))
-        short = batch <= 8 or batch * y * math.ceil(min(max_seq_len, _SHORT_CONTEXT) / partition) < num_sms  # probe
+        short = batch <= _SHORT_MAX_BATCH or batch * y * math.ceil(min(max_seq_len, _SHORT_CONTEXT) / partition) \
+            < num_sms
         min_partition = _PARTITIONS[-1] if short else partition
         if short and batch * y * _SHORT_SPLITS >= num_sms:
             # No more splits than a row can use (the kernel's ATTN_SHORT_SPLITS) where that still covers the SMs
