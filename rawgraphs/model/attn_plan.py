@@ -156,8 +156,8 @@ def attention_plan(n_heads: int, n_kv_heads: int, head_dim: int, batch: int, max
     contexts. Where the partition gives fewer blocks than SMs at context 512, and for any batch up to
     ``_SHORT_MAX_BATCH``, a row's split length follows its context at run time down to 64 tokens
     (``min_partition``): B = 1, 16 heads, context 513 took 8.1 us with 64-token splits and 9.8 us with 128, but
-    20.7 vs 16.8 us at 4096 (H200, session 2). ``heads_per_block``
-    forces G (4, 2 or 1, dividing H/KVH; default: the largest that divides), e.g. to compare variants.
+    20.7 vs 16.8 us at 4096 (H200, session 2). ``heads_per_block`` forces G (4, 2 or 1, dividing H/KVH; default:
+    the largest that divides), e.g. to compare variants.
     """
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head_dim {head_dim} has no attention kernel (one of {HEAD_DIMS})")

@@ -4,15 +4,15 @@
 ``y[B, N] = x[B, K] @ W[N, K]^T`` on an H200-class GPU (132 SMs):
 
 - ``B == 1``: ``gemv``, one wave of 8-warp blocks, at most 3 per SM (``SMS * 24`` warps; its 64 registers would
-  fit 4, and unused shared memory keeps a fourth off); one warp owns each whole weight row (the unit stream; two
-  warps a gate/up pair where pairs are few) and streams it through a per-warp cp.async ring (8 x 512 bytes in
-  flight, the first ring issued before the PDL wait). Forced onto larger B, groups of up to 8 warps share a short
-  N's rows (``parts``).
+  fit 4, and unused shared memory keeps a fourth off); one warp owns each whole weight row (the unit stream; where
+  gate/up pairs are few, two warps share a pair in the general body) and streams it through a per-warp cp.async
+  ring (8 x 512 bytes in flight, the first ring issued before the PDL wait). Forced onto larger B, groups of up to
+  8 warps share a short N's rows (``parts``).
 - ``B = 2``, and ``B = 3`` for ``K >= 2048``, where the ``B = 1`` plan is gemv's unit stream (one warp per row, one
   K range) and the B x rows fit beside the rings (``rows_fit``): ``gemv_rows``, the same grid streaming each
   weight chunk once for all B rows (``dot8_rows``). H200, decode step at context 512, against ``gemv_mma``: 1b
   B = 2 / 3 1057 / 1118 -> 777 / 1050 us (qkv, o, gate_up and the LM head each cheaper at B = 3); small B = 2
-  276.5 -> 274.7 (and 292 -> 256 on the H100 once its o and down took the unit stream at B = 1, session 38), but
+  276.5 -> 274.7 (and 294.3 -> 255.4 on the H100 once its o and down took the unit stream at B = 1, session 38), but
   B = 3 300 -> 331 (each of its K = 768 projections dearer: 3 chunks a row leave the extra
   rows' arithmetic and reductions exposed); B = 4 lost on both (1b 1145 -> 1200, small 307 -> 372).
 - otherwise ``2 <= B <= 16``: ``gemv_mma``, 16 weight rows per 256-thread block streamed straight into tensor-core
@@ -126,8 +126,8 @@ class Launch(NamedTuple):
 class GemvPlan:
     """How to launch one projection. ``kernel, grid, block, shared, splits`` describe the main launch; with
     ``splits > 1`` it writes partials: ``gemv`` (and ``gemv_mma`` on fewer than ``MMA_MERGE_MIN`` row blocks) with
-    ``mode == PARTIAL``, and ``splitk_reduce`` follows; ``gemm_tc`` and other ``gemv_mma``
-    grids with the output's mode, merging them in the kernel (``counters`` > 0)."""
+    ``mode == PARTIAL``, and ``splitk_reduce`` follows; ``gemm_tc`` and other ``gemv_mma`` grids with the output's
+    mode, merging them in the kernel (``counters`` > 0)."""
 
     kernel: str
     grid: tuple[int, int, int]
@@ -253,8 +253,8 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         # warps idle. 3 capped blocks per SM beat 4 (GEMV_THREE_PER_SM_SHARED); 2 uncapped blocks' worth of warps
         # lost 45% (1b B = 1, session 2: probably the same stacking as 3 uncapped, benchmarks/NOTES.md).
         # B = 1 keeps one warp per row, so a short N too runs the unit stream, with no partials' round: small's o
-        # and down (K = 768 / 2048, 2 / 4 warps per row before) on 96 blocks took small's step 209.5 -> 202.7 us
-        # at B = 1 and 292 -> 256 us at B = 2 (gemv_rows takes B = 1's plan); 1b unchanged (H100, session 38).
+        # and down (K = 768 / 2048, 2 / 4 warps per row before) on 96 blocks took small's step 207.1 -> 201.7 us
+        # at B = 1 and 294.3 -> 255.4 us at B = 2 (gemv_rows takes B = 1's plan); 1b unchanged (H100, session 38).
         # Short rows of long K at B = 1 are not measured either way.
         chunks = math.ceil(K / GEMV_CHUNK)
         target = SMS * GEMV_WARPS_PER_SM
