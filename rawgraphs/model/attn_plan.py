@@ -176,8 +176,8 @@ def attention_plan(n_heads: int, n_kv_heads: int, head_dim: int, batch: int, max
             fits = [p for p in _PARTITIONS if p >= floor]
             return next((p for p in fits if batch * y * math.ceil(ctx / p) >= 2 * num_sms), fits[-1])
         partition = min(filling(max_seq_len, _PARTITIONS[-1]), filling(min(max_seq_len, _SHORT_CONTEXT), 128))
-        short = batch <= _SHORT_MAX_BATCH or batch * y * math.ceil(min(max_seq_len, _SHORT_CONTEXT) / partition) \
-            < num_sms
+        fills = batch * y * math.ceil(min(max_seq_len, _SHORT_CONTEXT) / partition) >= num_sms  # at context 512
+        short = batch <= _SHORT_MAX_BATCH or not fills
         min_partition = _PARTITIONS[-1] if short else partition
         if short and batch * y * _SHORT_SPLITS >= num_sms:
             # No more splits than a row can use (the kernel's ATTN_SHORT_SPLITS) where that still covers the SMs
