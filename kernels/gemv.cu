@@ -27,17 +27,18 @@
 // gemv_rows (B = 2, and B = 3 for K >= 2048, where B = 1 would run the unit stream and the B x rows fit): gemv's
 //   unit stream for all B rows at once, each weight chunk read once (see "gemv_rows:" below); gemv's grid, block,
 //   shared memory and arguments.
-// gemv_mma (2 <= B <= 16 otherwise; passes of 8 / 16 / 32 batch rows): GEMV on tensor cores, W streamed from global
-//   memory straight into mma.sync A fragments (8 x 16-byte loads in flight per lane), x^T as the B operand.
+// gemv_mma (2 <= B <= 16 otherwise, B <= 8 for N * K >= 2048^2; passes of 8 / 16 / 32 batch rows): GEMV on tensor
+//   cores, W streamed from global memory straight into mma.sync A fragments (8 x 16-byte loads in flight per lane),
+//   x^T as the B operand.
 //   grid = (ceil(N / 16), splits), block = (256,) exactly, shared = 0 or unused (static arrays); OUT_SILU: a block owns
 //   8 gate rows and their 8 up rows (same grid). splits > 1 (but mode OUT_PARTIAL): the blocks write their sums to
 //   partial fp32 [splits, B, N] (OUT_PARTIAL's layout) and the last of a row block's splits to finish adds them in
 //   split order and stores y (splitk_reduce's bits, without its launch); extra arguments partial and counters int32
 //   [ceil(N / 16)] (zeros before the first launch, zeros again after each), may be null when splits == 1.
-// gemm_tc (B > 16): tiled skinny GEMM on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate). A block owns
-//   a 64 (batch; 32 when B <= 32) x 64 (weight rows) tile and one K range; 64-wide K tiles of x and W stream through a
-//   TC_STAGES-deep cp.async pipeline in shared memory (the first W tiles issued before the PDL wait; X_RMSNORM
-//   applied in place to each landed x tile).
+// gemm_tc (B > 16, and B > 8 for N * K >= 2048^2): tiled skinny GEMM on tensor cores (mma.sync m16n8k16 bf16, fp32
+//   accumulate). A block owns a 64 (batch; 32 when B <= 32) x 64 (weight rows) tile and one K range; 64-wide K
+//   tiles of x and W stream through a TC_STAGES-deep cp.async pipeline in shared memory (the first W tiles issued
+//   before the PDL wait; X_RMSNORM applied in place to each landed x tile).
 //   grid = (ceil(B / 64), ceil(N / 64), splits), block = (256,) exactly, dynamic shared >= TC_SHARED bytes (55296;
 //   more only to cap blocks per SM); OUT_SILU: a tile holds 32 gate rows and their 32 up rows (same grid).
 //   splits > 1 (but mode OUT_PARTIAL): the last of a tile's blocks sums the splits' fp32 tiles and applies mode

@@ -50,7 +50,7 @@ FILES = ["embedding", "rmsnorm", "gemv", "silu_mul", "sample"]
 # (N, K): 1b qkv / o / gate_up / down / lm_head, small qkv / o, a split-K gemv, tiny, ragged (N % 4, K % 64).
 GEMV_SHAPES = [(6144, 2048), (2048, 2048), (11264, 2048), (2048, 5632), (32000, 2048), (2304, 768),
                (768, 768), (768, 2048), (64, 64), (99, 40)]
-BATCHES = [1, 2, 3, 4, 8, 16, 24, 37, 64, 256]  # 24: gemm_tc's 32-row tiles
+BATCHES = [1, 2, 3, 4, 8, 12, 16, 24, 37, 64, 256]  # 12: gemm_tc for large weights only; 24: its 32-row tiles
 VARIANTS = [("gemv", None), ("gemv", 3), ("gemv_rows", None), ("gemv_mma", 1), ("gemv_mma", 3), ("gemm_tc", None)]
 
 
@@ -106,14 +106,15 @@ def test_gemv_plan(B, N, K):
     unit = gemv_plan(1, N, K, "residual")
     rows = (B == 2 or B == 3 and K >= 2048) and unit.parts == 1 and unit.splits == 1 and rows_fit(B, K)
     assert rows_fit(B, K) == (8 * GEMV_RING + 2 * B * K <= 58 * 1024)
-    assert plan.kernel == ("gemv" if B == 1 else "gemv_rows" if rows else "gemv_mma" if B <= 16 else "gemm_tc")
+    tc = B > 16 or B > 8 and N * K >= 2048 * 2048
+    assert plan.kernel == ("gemv" if B == 1 else "gemv_rows" if rows else "gemm_tc" if tc else "gemv_mma")
     if rows:  # B = 1's unit stream, every row at once: the same grid and shared memory
         assert plan == replace(unit, kernel="gemv_rows") and rows_fit(B, K)
         assert plan.launches("y", "x", "w", None, B, N, K)[0].args["parts"] == 1
         return
     # The splits cover K exactly once, none empty.
     assert plan.k_chunk % 64 == 0 and plan.splits * plan.k_chunk >= K > (plan.splits - 1) * plan.k_chunk
-    assert plan.grid[1 if B <= 16 else 2] == plan.splits
+    assert plan.grid[2 if tc else 1] == plan.splits
     if plan.kernel == "gemv":  # one wave of 8-warp blocks; groups of `parts` warps own whole rows
         groups = plan.grid[0] * 8 // plan.parts
         assert plan.block == (256, 1, 1) and plan.parts in (1, 2, 4, 8) and groups * plan.parts <= SMS * 24
@@ -122,10 +123,10 @@ def test_gemv_plan(B, N, K):
         assert plan.splits == 1 and used <= GEMV_SHARED and plan.shared == max(used, GEMV_THREE_PER_SM_SHARED)
         assert plan.launches("y", "x", "w", None, B, N, K)[0].args["parts"] == plan.parts
     else:
-        rows_per_block = 16 if B <= 16 else 64
-        assert plan.grid[0 if B <= 16 else 1] * rows_per_block >= N
+        rows_per_block = 64 if tc else 16
+        assert plan.grid[1 if tc else 0] * rows_per_block >= N
         capped = two_per_sm(B, math.prod(plan.grid))
-        if B <= 16:
+        if not tc:
             assert plan.shared == (TWO_PER_SM_SHARED if capped else 0)
         else:
             assert plan.shared == (TC_TWO_PER_SM_SHARED if capped else TC_SHARED)
@@ -253,7 +254,8 @@ def test_gemv_plan_silu(B, N, K):
     (8, 2304, 768, "bf16", True),       # small qkv: 144 blocks
     (16, 4096, 768, "silu", True),      # small gate_up: 256 blocks
     (8, 768, 2048, "residual", True),   # small down: 48 rows of blocks, K split in two (96 blocks)
-    (16, 2048, 5632, "residual", False),  # 1b down: 128 blocks x 3 splits
+    (8, 2048, 5632, "residual", False),  # 1b down: 128 blocks x 3 splits
+    (12, 2048, 2048, "residual", True),  # gemm_tc (a weight of 2048^2 elements from B = 9), 1b o: 32 x 8 splits
     (5, 2304, 768, "bf16", False),      # B < 8
     (8, 6144, 2048, "bf16", False),     # 1b qkv: 384 blocks
     (8, 32000, 768, "f32", False),       # LM head: 2000 blocks
@@ -268,8 +270,9 @@ def test_two_per_sm_plan(B, N, K, out, capped):
     """gemv_mma and gemm_tc are capped at 2 blocks per SM (unused dynamic shared memory) exactly where
     two_per_sm says: grids of at most 2 x 132 blocks at B >= 8."""
     plan = gemv_plan(B, N, K, out)
-    assert plan.kernel == ("gemv_mma" if B <= 16 else "gemm_tc")
-    if B <= 16:
+    tc = B > 16 or B > 8 and N * K >= 2048 * 2048
+    assert plan.kernel == ("gemm_tc" if tc else "gemv_mma")
+    if not tc:
         assert plan.shared == (TWO_PER_SM_SHARED if capped else 0)
     else:
         assert plan.shared == (TC_TWO_PER_SM_SHARED if capped else TC_SHARED)

@@ -15,13 +15,13 @@
   276.5 -> 274.7 (and 294.3 -> 255.4 on the H100 once its o and down took the unit stream at B = 1, session 38), but
   B = 3 300 -> 331 (each of its K = 768 projections dearer: 3 chunks a row leave the extra
   rows' arithmetic and reductions exposed); B = 4 lost on both (1b 1145 -> 1200, small 307 -> 372).
-- otherwise ``2 <= B <= 16``: ``gemv_mma``, 16 weight rows per 256-thread block streamed straight into tensor-core
-  fragments (4 x 2 16-byte loads in flight per lane, 3 blocks per SM, or 2 where ``two_per_sm`` says);
-  each weight row is read once per launch.
-- ``B > 16``: ``gemm_tc``, 64 x 64 output tiles on tensor cores (mma.sync bf16, fp32 accumulate; the kernel takes
-  32-row tiles itself at B <= 32, on the same grid), K tiles of x and W streamed through a ``TC_STAGES``-deep
-  cp.async pipeline in ``TC_SHARED`` bytes of shared memory (4 blocks of 8 warps per SM), or 2 blocks per SM where
-  ``two_per_sm`` says.
+- otherwise ``2 <= B <= 16`` (``B <= 8`` for weights of ``TC_LARGE_WEIGHT`` elements or more): ``gemv_mma``, 16
+  weight rows per 256-thread block streamed straight into tensor-core fragments (4 x 2 16-byte loads in flight per
+  lane, 3 blocks per SM, or 2 where ``two_per_sm`` says); each weight row is read once per launch.
+- ``B > 16``, and ``B > 8`` for those large weights (``tc_fits``): ``gemm_tc``, 64 x 64 output tiles on tensor
+  cores (mma.sync bf16, fp32 accumulate; the kernel takes 32-row tiles itself at B <= 32, on the same grid), K tiles
+  of x and W streamed through a ``TC_STAGES``-deep cp.async pipeline in ``TC_SHARED`` bytes of shared memory (4
+  blocks of 8 warps per SM), or 2 blocks per SM where ``two_per_sm`` says.
 
 These choices follow measurements on the H200 (benchmarks/gemv_bandwidth.py --alternatives, benchmarks/NOTES.md):
 at B = 1 the one-wave ``gemv`` took the 1b decode step from 0.97 to 0.83 ms (graph, context 512) where the
@@ -61,7 +61,7 @@ from typing import NamedTuple
 
 __all__ = ["MMA_MERGE_MIN", "MMA_SPLIT_TARGET", "MMA_UNSPLIT_MAX_B", "OUT_MODES", "PARTIAL", "TC_SHARED",
            "TC_TWO_PER_SM_SHARED", "TWO_PER_SM_SHARED", "X_OPS", "SMS", "GemvPlan", "Launch", "gemv_plan",
-           "max_counters", "max_workspace_bytes", "rows_fit", "tc_target_blocks", "two_per_sm"]
+           "max_counters", "max_workspace_bytes", "rows_fit", "tc_fits", "tc_target_blocks", "two_per_sm"]
 
 OUT_MODES = {"bf16": 0, "residual": 1, "f32": 2, "silu": 4}  # the `mode` argument of kernels/gemv.cu
 PARTIAL = 3  # mode: write fp32 partials of one K split
@@ -80,6 +80,14 @@ MMA_ROWS = 16  # weight rows per gemv_mma block
 # 346.7 us and 325.5 -> 323.0 at B = 4 again; at B = 12 / 16 unsplit lost, 424.9 / 461.4 -> 438.6 / 475.8 us (H100,
 # session 38; medians of three rounds).
 MMA_SPLIT_TARGET, MMA_MIN_CHUNK, MMA_MERGE_MIN, MMA_UNSPLIT_MAX_B = 2 * SMS, 1024, SMS // 2, 8
+# gemv_mma runs B = 2-16 (but gemv_rows' B = 2-3), except that above TC_LARGE_MIN_B rows a weight of at least
+# TC_LARGE_WEIGHT elements (8 MB of bf16) takes gemm_tc: 1b's five projections and either model's LM head. H100,
+# graph step at context 512, A/B, two rounds each, us (session 39), main -> gemm_tc at B = 9-16 for: every
+# projection, small / 1b, B = 12 429.2 -> 486.5 / 1574.8 -> 1487.8, B = 16 463.8 -> 506.2 / 1728.0 -> 1588.6; only
+# K >= 2048, 1b B = 12 / 16 1569.3 -> 1480.3 / 1723.0 -> 1591.1 (small's down alone +1.9 / +0.6%); only the LM head,
+# small 424.2 -> 417.4 / 460.8 -> 452.7 (N >= 4096, small's gate_up with it, +6.3 / +3.4%). From B = 5 K >= 2048
+# lost: 1b B = 6 / 8 +1.4 / +4.2%, small +10.6 / +5.1%.
+MMA_MAX_B, TC_LARGE_MIN_B, TC_LARGE_WEIGHT = 16, 8, 2048 * 2048
 # gemv_mma: unused dynamic shared memory that caps it at 2 blocks per SM (30 KiB of static arrays + 48 KiB, a third
 # block would need 3 x 79 KiB of the SM's 228, counting the 1 KiB per block the driver reserves). A GPU test reads
 # the occupancy back (tests/test_kernels_proj.py::test_plans_blocks_per_sm), a CPU test checks it against ptxas -v.
@@ -218,6 +226,12 @@ def two_per_sm(B: int, blocks: int) -> bool:
     return B >= 8 and blocks <= 2 * SMS
 
 
+def tc_fits(B: int, N: int, K: int) -> bool:
+    """Whether a projection of ``B > 1`` rows runs ``gemm_tc`` rather than ``gemv_mma``: above ``MMA_MAX_B`` rows,
+    or above ``TC_LARGE_MIN_B`` for a weight of at least ``TC_LARGE_WEIGHT`` elements (N * K)."""
+    return B > MMA_MAX_B or B > TC_LARGE_MIN_B and N * K >= TC_LARGE_WEIGHT
+
+
 def rows_fit(B: int, K: int) -> bool:
     """Whether ``gemv_rows``' unit stream holds ``B`` x rows of ``K`` beside its rings (``8 * GEMV_STAGES * 512 +
     2 * B * K`` bytes, what the kernel checks) within gemv's three-blocks-per-SM shared memory, so it keeps gemv's
@@ -245,7 +259,7 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         unit = gemv_plan(1, N, K, out, x_op=x_op)
         if unit.parts == 1 and unit.splits == 1:  # the unit stream, each weight chunk read once for the B rows
             return replace(unit, kernel="gemv_rows")
-    kernel = kernel or ("gemv" if B == 1 else "gemv_mma" if B <= 16 else "gemm_tc")
+    kernel = kernel or ("gemv" if B == 1 else "gemm_tc" if tc_fits(B, N, K) else "gemv_mma")
     shared, parts = 0, 1
     if kernel in ("gemv", "gemv_rows"):  # gemv_rows: gemv's plan at B; its kernel picks the unit stream or not
         # One wave of at most 3 blocks per SM: each group of `parts` warps owns ceil(N / groups) whole rows, so every
