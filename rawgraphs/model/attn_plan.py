@@ -48,20 +48,25 @@ _PARTITIONS = (512, 256, 128, 64)  # tokens per split, largest first (a multiple
 _SHORT_CONTEXT = 512  # the context a decode step must also fill the GPU at (see attention_plan)
 # K/V pages per warp prefetched into L2 before the PDL wait, by batch: only a single row gains (H200, fused
 # attention, isolated, 0 / 2 pages: B=1 ctx 513 9.86 / 9.42 us; B=8 ctx 513 15.9 / 18.4, ctx 4096 78.5 / 88.7;
-# B=37 ctx 513 45.0 / 48.2; B=64 ctx 4096 503 / 515 us; benchmarks/NOTES.md, session 4)
+# B=37 ctx 513 45.0 / 48.2; B=64 ctx 4096 503 / 515 us; benchmarks/NOTES.md, session 4). At B = 2 too (H100, graph
+# step, session 39), context 512 / 2048: small 257.2 -> 256.6 / 310.7 -> 307.3 us, 1b 839.9 -> 839.9 / 993.4 -> 1000.3.
 _PREFETCH_B1 = 2
 # The largest batch whose plan takes attention<hd, G, true> (the first K/V page in registers before the PDL wait).
 # H200, graph step at context 512, A/B, two rounds each, us (benchmarks/NOTES.md, sessions 16-17), 1b / small:
 # B = 1 616 -> 599 / 202 -> 196; 2 1067 -> 1049 / 287 -> 276; 4 1175 -> 1146 / 318 -> 308; 8 1225 -> 1238 (the
 # one loss below 64) / 334 -> 326; 16 1648 -> 1636 / 454 -> 436; 24 2173 -> 2136 / 999 -> 962; 32 2411 -> 2410 /
 # 1090 -> 1066 (one round). Past it both lose: 64 3485 -> 3562 / 1558 -> 1553; 128 5949 -> 6092 / 1989 -> 2088;
-# 256 10703 -> 10855 / 3171 -> 3251.
+# 256 10703 -> 10855 / 3171 -> 3251. At 16 instead of 32 (H100, session 39), 1b / small: B = 24 1811 -> 1931 / 587
+# -> 608, B = 32 2004 -> 2084 / 639 -> 652.
 _PRE_MAX_BATCH = 32
 _SHORT_SPLITS = 16  # at most this many splits hold a short-context plan's row (ATTN_SHORT_SPLITS in attention.cu)
 # Batches up to this take the short-context plan (splits that follow the context) even where fixed 128-token splits
 # would fill the SMs at context 512. H100, graph step, A/B, three rounds (two at 2048), us, main -> short, small /
 # 1b: context 512 B = 3 313.2 -> 302.0 / 1092.3 -> 1086.9, B = 8 345.8 -> 347.0 / 1369.4 -> 1338.1; context 2048
-# B = 8 514.8 -> 507.4 / 1871.8 -> 1830.8 (session 38; B = 4-7 not timed).
+# B = 8 514.8 -> 507.4 / 1871.8 -> 1830.8 (session 38). Session 39 (two rounds, main -> fixed splits): context 512
+# B = 4 311.7 -> 323.8 / 1240.2 -> 1238.8, B = 6 324.1 -> 340.7 / 1299.5 -> 1290.7; context 4080 (16 x 256 splits
+# against 32 x 128) B = 4 542.0 -> 529.3 / 1835.0 -> 1876.8, B = 8 731.4 -> 740.8 / 2546.8 -> 2577.2. Up to 16
+# instead, at context 512: B = 12 425.6 -> 435.7 / 1572.2 -> 1593.5, B = 16 462.9 -> 476.3 / 1732.9 -> 1732.3.
 _SHORT_MAX_BATCH = 8
 
 

@@ -78,7 +78,10 @@ MMA_ROWS = 16  # weight rows per gemv_mma block
 # splits) took small B = 4 / 8 / 16 from 300 / 320 / 427 to 309 / 332 / 438 us (same session). Up to B =
 # MMA_UNSPLIT_MAX_B they are not split at all, so no reduce launch follows: small B = 4 / 8 324.1 / 348.8 -> 320.0 /
 # 346.7 us and 325.5 -> 323.0 at B = 4 again; at B = 12 / 16 unsplit lost, 424.9 / 461.4 -> 438.6 / 475.8 us (H100,
-# session 38; medians of three rounds).
+# session 38; medians of three rounds). The target, re-measured on 1b B = 4 / 6 / 8 (H100, session 39, two calls
+# of two rounds, main 1221-33 / 1283-95 / 1326-36 us): 3 x SMS (qkv 2 splits, down 4) +9.6 / +9.9 / +8.7%; 4 x SMS
+# with chunks of 512 (qkv 2, o 4, down 5) +9.4% at each; SMS (down 2) +4.2 / +3.8 / +0.7%; 128 (o and down
+# unsplit) +5.3 / +5.0 / +4.6%.
 MMA_SPLIT_TARGET, MMA_MIN_CHUNK, MMA_MERGE_MIN, MMA_UNSPLIT_MAX_B = 2 * SMS, 1024, SMS // 2, 8
 # gemv_mma runs B = 2-16 (but gemv_rows' B = 2-3), except that above TC_LARGE_MIN_B rows a weight of at least
 # TC_LARGE_WEIGHT elements (8 MB of bf16) takes gemm_tc: 1b's five projections and either model's LM head. H100,
@@ -86,7 +89,9 @@ MMA_SPLIT_TARGET, MMA_MIN_CHUNK, MMA_MERGE_MIN, MMA_UNSPLIT_MAX_B = 2 * SMS, 102
 # projection, small / 1b, B = 12 429.2 -> 486.5 / 1574.8 -> 1487.8, B = 16 463.8 -> 506.2 / 1728.0 -> 1588.6; only
 # K >= 2048, 1b B = 12 / 16 1569.3 -> 1480.3 / 1723.0 -> 1591.1 (small's down alone +1.9 / +0.6%); only the LM head,
 # small 424.2 -> 417.4 / 460.8 -> 452.7 (N >= 4096, small's gate_up with it, +6.3 / +3.4%). From B = 5 K >= 2048
-# lost: 1b B = 6 / 8 +1.4 / +4.2%, small +10.6 / +5.1%.
+# lost: 1b B = 6 / 8 +1.4 / +4.2%, small +10.6 / +5.1%; only 1b's o and down from B = 5, +4.3 / +5.8%. Within the
+# new range main's gemm_tc cap (two_per_sm) and split target (tc_target_blocks) held: 1b B = 12 / 16 uncapped +0.6 /
+# +1.1%, 2 x SMS +2.0 / +4.7%.
 MMA_MAX_B, TC_LARGE_MIN_B, TC_LARGE_WEIGHT = 16, 8, 2048 * 2048
 # gemv_mma: unused dynamic shared memory that caps it at 2 blocks per SM (30 KiB of static arrays + 48 KiB, a third
 # block would need 3 x 79 KiB of the SM's 228, counting the 1 KiB per block the driver reserves). A GPU test reads
@@ -204,7 +209,8 @@ def tc_target_blocks(B: int) -> int:
     64-row tile, else ``2 * SMS``. A block streams one 64 x 64 weight tile ahead, so blocks in flight set the
     bandwidth; with one row tile a third block per SM took the 1b graph step at context 512 from 2.33 / 2.94 /
     4.11 ms to 2.21 / 2.73 / 3.79 ms at B = 24 / 37 / 64, while at B = 128 (two row tiles: every weight tile
-    already read twice) it lost 2% (6.93 -> 7.09 ms; H200, session 4)."""
+    already read twice) it lost 2% (6.93 -> 7.09 ms; H200, session 4). 2 x SMS at B <= 64 again lost on the H100
+    (session 39, two rounds): 1b B = 24 / 32 / 64 1811 / 2004 / 3144 -> 1897 / 2115 / 3321 us, small within 0.1%."""
     return (3 if B <= TC_TILE else 2) * SMS
 
 
@@ -219,6 +225,9 @@ def two_per_sm(B: int, blocks: int) -> bool:
       small but lost on 1b (B = 8 1321 us).
     - gemm_tc (session 12; 4 blocks per SM uncapped): 1b B = 32 / 64 2.70 / 3.63 -> 2.39 / 3.51 ms (o: 256
       blocks), small B = 32 / 64 1.12 / 1.65 -> 1.09 / 1.56 ms (every projection but the LM head).
+    - Re-measured on the H100 (session 39, two rounds; main 8 -> 4 / 12): small B = 4 / 6 / 8 307.6 / 323.8 / 346.4
+      -> 304.6 / 329.8 / 346.6 (from 4) and 348.1 at 8 (from 12); 1b 1245 / 1299 / 1342 -> 1230 / 1286 / 1344 (from
+      4) and 1360 at 8 (from 12). From 4 wins 1b B = 4-6 by 1.0-1.2% but loses small B = 6 by 1.9%; kept at 8.
     Our reading (not measured): such a grid is one wave either way, but allowed more per SM the block scheduler
     can stack them on the SMs that free first (under PDL the previous kernel still holds the others), and those
     SMs finish last; capped, the blocks spread.
