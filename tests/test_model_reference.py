@@ -138,6 +138,13 @@ def test_block_allocator_grows_frees_and_reports_full():
     assert sorted(alloc.allocate(4)) == [0, 1, 2, 3]
 
 
+def test_block_tables_pad_rows_and_refuse_rows_past_max_seq_len():
+    table = make_block_tables([[3, 1], [2]], 3)
+    assert table.dtype == np.int32 and table.tolist() == [[3, 1, 0], [2, 0, 0]]
+    with pytest.raises(ValueError, match=r"row 1 holds 4 KV blocks \(64 tokens\).*has 3 \(max_seq_len 48\)"):
+        make_block_tables([[0], [1, 2, 3, 4]], 3)  # e.g. a 4096-token context plus the new token at max_seq_len 4096
+
+
 def _decode(model, cfg, prompts, starts, n_steps, alloc):
     """Feed each row its prompt then greedy tokens; row b is inactive before step starts[b]."""
     rows = [[] for _ in prompts]

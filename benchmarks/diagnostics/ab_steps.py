@@ -11,8 +11,8 @@ alternating so the host and the GPU's state are shared::
     done
 
 Environment: ``AB_BATCHES`` (default ``1,2,3,4``), ``AB_PRESETS`` (default ``small,1b``), ``AB_CONTEXT`` (default
-512: every row's context), ``AB_TAG`` (names the tree in the output). Run from a tree's root. Calls differ by ~3 us
-at B = 1 on the H200; compare within one call.
+512: every row's context; at most 4095, the presets' max_seq_len less the new token), ``AB_TAG`` (names the tree in
+the output). Run from a tree's root. Calls differ by ~3 us at B = 1 on the H200; compare within one call.
 """
 
 import json

@@ -45,8 +45,14 @@ class BlockAllocator:
 
 
 def make_block_tables(rows: list[list[int]], max_blocks: int) -> np.ndarray:
-    """Per-sequence block lists -> ``int32 [B, max_blocks]``, padded with block 0 (never read: past ctx)."""
+    """Per-sequence block lists -> ``int32 [B, max_blocks]``, padded with block 0 (never read: past ctx).
+
+    Raises ``ValueError`` for a row of more than ``max_blocks`` blocks (more tokens than ``max_seq_len``)."""
     table = np.zeros((len(rows), max_blocks), dtype=np.int32)  # [B, MB]
     for b, blocks in enumerate(rows):
+        if len(blocks) > max_blocks:
+            raise ValueError(f"row {b} holds {len(blocks)} KV blocks ({len(blocks) * BLOCK_SIZE} tokens) but a block "
+                             f"table row has {max_blocks} (max_seq_len {max_blocks * BLOCK_SIZE}): shorten the "
+                             f"sequence or use a config with a larger max_seq_len")
         table[b, :len(blocks)] = blocks
     return table
