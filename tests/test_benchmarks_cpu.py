@@ -304,8 +304,9 @@ def test_block_placement_tabulates_units_per_sm_of_the_unit_stream(records):
 
 
 def test_ab_trees_prepares_refs_and_the_working_tree_and_tabulates_rounds(tmp_path, monkeypatch):
-    """ab_trees.py prepare extracts each ref (and "." with its untracked files) into scratch/ab/NAME with the
-    baseline first; the table gives every round and each tree's median against the baseline's."""
+    """ab_trees.py prepare extracts each ref (and "." with its untracked files), less the committed results, into
+    scratch/ab/NAME with the baseline first; the table gives every round and each tree's median against the
+    baseline's."""
     sys.path.insert(0, str(BENCH / "diagnostics"))
     import ab_trees
 
@@ -319,7 +320,9 @@ def test_ab_trees_prepares_refs_and_the_working_tree_and_tabulates_rounds(tmp_pa
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run(["git", "init", "-q"], check=True)
     Path("k.cu").write_text("v1\n")
-    subprocess.run([*git, "add", "k.cu"], check=True)
+    Path("benchmarks/results").mkdir(parents=True)
+    Path("benchmarks/results/old.json").write_text("{}\n")  # committed results stay out of the trees
+    subprocess.run([*git, "add", "k.cu", "benchmarks"], check=True)
     subprocess.run([*git, "commit", "-qm", "v1"], check=True)
     Path("k.cu").write_text("v2\n")       # a modified tracked file
     Path("new.py").write_text("x = 1\n")  # an untracked one
@@ -330,6 +333,7 @@ def test_ab_trees_prepares_refs_and_the_working_tree_and_tabulates_rounds(tmp_pa
     assert (root / "ORDER").read_text().split() == ["base", "head"]
     assert (root / "base/k.cu").read_text() == "v1\n" and not (root / "base/new.py").exists()
     assert (root / "head/k.cu").read_text() == "v2\n" and (root / "head/new.py").read_text() == "x = 1\n"
+    assert not list(root.glob("*/benchmarks/results/*"))
 
     rows = [{"tag": t, "preset": p, "B": 8, "us": us, "round": r}
             for r, (a, b) in enumerate([(100.0, 90.0), (102.0, 92.0)], 1) for t, us in (("base", a), ("head", b))
