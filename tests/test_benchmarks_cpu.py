@@ -385,6 +385,16 @@ def test_ab_trees_run_alternates_trees_and_stops_at_its_deadline(tmp_path, monke
     assert [t for _, t in calls] == [150.0, 150.0, 150.0, 150.0, 60.0, 30.0]
     assert len(rows) == 6 and rows[3]["us"] == 1
 
+    # --trees: some prepared trees, in the order given (the first is the baseline); unknown or repeated names refused
+    Path("scratch/ab/ORDER").write_text("base\nnew\nother\n")
+    assert ab_trees.chosen(None) == ["base", "new", "other"] and ab_trees.chosen("other,base") == ["other", "base"]
+    for bad in ("base,nope", "base,base"):
+        with pytest.raises(ValueError, match="prepared: \\['base', 'new', 'other'\\]"):
+            ab_trees.chosen(bad)
+    now[0], calls[:] = 0.0, []
+    ab_trees.run("1", "1b", rounds=1, timeout=150.0, clock=lambda: now[0], names=ab_trees.chosen("other,base"))
+    assert [tag for tag, _ in calls] == ["other", "base"]
+
 
 def test_shared_weights_mapping_points_later_layers_at_the_first():
     """shared_weights.py's retarget mapping moves each later layer's weights of the chosen kinds, and only those,

@@ -9,6 +9,7 @@ Here (no GPU needed), extract each ref into ``scratch/ab/NAME`` (``scratch/`` is
 On the device, from the repository root (the first tree prepared is the baseline)::
 
     python3 benchmarks/diagnostics/ab_trees.py run --batches 17,24,64 --rounds 2 [--presets small,1b] [--deadline 240]
+        [--trees base,new]                              # some of the prepared trees, the first as the baseline
 
 ``AB_CONTEXT=2048`` in the environment times every tree at that context instead (trees whose ``ab_steps.py`` reads
 it: from session 31 on). Calls differ by ~3 us at B = 1 on the H200 and rounds within a call by ~0.5%: compare trees
@@ -72,11 +73,23 @@ def prepare(specs: list[str]) -> None:
     ORDER.write_text("\n".join(n for n, _ in trees) + "\n")
 
 
+def chosen(trees: str | None) -> list[str]:
+    """The prepared trees to run, baseline first: all of them (ORDER), or those named in ``trees`` ("a,b")."""
+    prepared = ORDER.read_text().split()
+    if trees is None:
+        return prepared
+    names = trees.split(",")
+    unknown = [n for n in names if n not in prepared]
+    if unknown or len(set(names)) != len(names) or not names:
+        raise ValueError(f"--trees {trees!r}: name prepared trees once each; prepared: {prepared}")
+    return names
+
+
 def run(batches: str, presets: str, rounds: int, timeout: float, deadline: float | None = None,
-        clock=time.monotonic) -> list[dict]:
-    """Every prepared tree's ``ab_steps.py`` rows, trees alternating within each round; with ``deadline``
-    (seconds from now), a run starts only while the longest one so far that finished still fits."""
-    names = ORDER.read_text().split()
+        clock=time.monotonic, names: list[str] | None = None) -> list[dict]:
+    """The ``ab_steps.py`` rows of ``names`` (default: every prepared tree), trees alternating within each round;
+    with ``deadline`` (seconds from now), a run starts only while the longest one so far that finished still fits."""
+    names = names or chosen(None)
     rows, t0, longest = [], clock(), 0.0
     for r in range(1, rounds + 1):
         for name in names:
@@ -136,11 +149,13 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--rounds", type=int, default=2)
     r.add_argument("--timeout", type=float, default=150.0, help="seconds per tree per round")
     r.add_argument("--deadline", type=float, default=None, help="seconds for the whole run (see above)")
+    r.add_argument("--trees", default=None, help="prepared trees to run, baseline first (default: all, as prepared)")
     a = ap.parse_args(argv)
     if a.cmd == "prepare":
         prepare(a.trees)
     else:
-        print(table(run(a.batches, a.presets, a.rounds, a.timeout, a.deadline), ORDER.read_text().split()))
+        names = chosen(a.trees)
+        print(table(run(a.batches, a.presets, a.rounds, a.timeout, a.deadline, names=names), names))
     return 0
 
 
