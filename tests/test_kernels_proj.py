@@ -93,6 +93,12 @@ def test_signatures():
         assert str(sigs[name]) == f"{name}({params})"
 
 
+def runs_gemm_tc(B: int, N: int, K: int) -> bool:
+    """gemm_tc's range, stated apart from plans.tc_fits: above 16 rows, or above 8 for a weight of 2048^2 elements
+    or more (session 39's A/B)."""
+    return B > 16 or B > 8 and N * K >= 2048 * 2048
+
+
 def gemv_used_shared(k_chunk: int) -> int:
     """Shared bytes a gemv block uses: 8 warps' cp.async rings and unit partials (64 bytes a warp), and the bf16 x
     row of its K split."""
@@ -106,7 +112,7 @@ def test_gemv_plan(B, N, K):
     unit = gemv_plan(1, N, K, "residual")
     rows = (B == 2 or B == 3 and K >= 2048) and unit.parts == 1 and unit.splits == 1 and rows_fit(B, K)
     assert rows_fit(B, K) == (8 * GEMV_RING + 2 * B * K <= 58 * 1024)
-    tc = B > 16 or B > 8 and N * K >= 2048 * 2048
+    tc = runs_gemm_tc(B, N, K)
     assert plan.kernel == ("gemv" if B == 1 else "gemv_rows" if rows else "gemm_tc" if tc else "gemv_mma")
     if rows:  # B = 1's unit stream, every row at once: the same grid and shared memory
         assert plan == replace(unit, kernel="gemv_rows") and rows_fit(B, K)
@@ -270,7 +276,7 @@ def test_two_per_sm_plan(B, N, K, out, capped):
     """gemv_mma and gemm_tc are capped at 2 blocks per SM (unused dynamic shared memory) exactly where
     two_per_sm says: grids of at most 2 x 132 blocks at B >= 8."""
     plan = gemv_plan(B, N, K, out)
-    tc = B > 16 or B > 8 and N * K >= 2048 * 2048
+    tc = runs_gemm_tc(B, N, K)
     assert plan.kernel == ("gemm_tc" if tc else "gemv_mma")
     if not tc:
         assert plan.shared == (TWO_PER_SM_SHARED if capped else 0)
