@@ -30,6 +30,7 @@ from rawgraphs.model.plans import (
     MMA_UNSPLIT_MAX_B,
     OUT_MODES,
     PARTIAL,
+    RMS_INPUT_MIN_B,
     ROWS_MAX,
     SMS,
     TC_SHARED,
@@ -191,6 +192,11 @@ def test_gemm_tc_input_is_normalised_once_by_rms_input_when_given_a_buffer():
     small = gemv_plan(8, 6144, 2048, "bf16", x_op="rmsnorm").launches("y", "x", "w", "ws", 8, 6144, 2048, "g",
                                                                       normed="h")
     assert small[0].kernel == "gemv_mma" and small[0].args["x"] == "x"
+    for B in (RMS_INPUT_MIN_B - 1, RMS_INPUT_MIN_B):  # below it gemm_tc normalises its rows in every block
+        lns = gemv_plan(B, 6144, 2048, "bf16", x_op="rmsnorm").launches("y", "x", "w", "ws", B, 6144, 2048, "g",
+                                                                        normed="h", counters="c")
+        assert [ln.kernel for ln in lns] == ["rms_input"] * (B >= RMS_INPUT_MIN_B) + ["gemm_tc"]
+        assert (lns[-1].args["x"], lns[-1].args["x_op"]) == (("h", 0) if B >= RMS_INPUT_MIN_B else ("x", 1))
 
 
 def test_gemv_plan_x_op():

@@ -48,8 +48,8 @@ every block: at B = 8 that redundant silu made 1b's down cost 34.7 us for 5.4 us
 
 Input ops (``x_op``) fuse the kernel before the projection into its x loads, saving a launch and a round trip:
 ``"plain"`` x[B, K] as stored; ``"rmsnorm"`` ``bf16(rmsnorm(x[B, K]) * norm)`` (``launches(norm=, eps=)``; each
-block computes its rows' inverse RMS over all of K; ``gemm_tc`` instead gets one ``rms_input`` launch before it that
-normalises the rows once), rounded to bf16 exactly where kernels/rmsnorm.cu stores.
+block computes its rows' inverse RMS over all of K; ``gemm_tc`` of more than 16 rows instead gets one ``rms_input``
+launch before it that normalises the rows once), rounded to bf16 exactly where kernels/rmsnorm.cu stores.
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-__all__ = ["MMA_MERGE_MIN", "MMA_SPLIT_TARGET", "MMA_UNSPLIT_MAX_B", "OUT_MODES", "PARTIAL", "TC_SHARED",
-           "TC_TWO_PER_SM_SHARED", "TWO_PER_SM_SHARED", "X_OPS", "SMS", "GemvPlan", "Launch", "gemv_plan",
+__all__ = ["MMA_MERGE_MIN", "MMA_SPLIT_TARGET", "MMA_UNSPLIT_MAX_B", "OUT_MODES", "PARTIAL", "RMS_INPUT_MIN_B",
+           "TC_SHARED", "TC_TWO_PER_SM_SHARED", "TWO_PER_SM_SHARED", "X_OPS", "SMS", "GemvPlan", "Launch", "gemv_plan",
            "max_counters", "max_workspace_bytes", "rows_fit", "tc_fits", "tc_target_blocks", "two_per_sm"]
 
 OUT_MODES = {"bf16": 0, "residual": 1, "f32": 2, "silu": 4}  # the `mode` argument of kernels/gemv.cu
@@ -93,6 +93,13 @@ MMA_SPLIT_TARGET, MMA_MIN_CHUNK, MMA_MERGE_MIN, MMA_UNSPLIT_MAX_B = 2 * SMS, 102
 # new range main's gemm_tc cap (two_per_sm) and split target (tc_target_blocks) held: 1b B = 12 / 16 uncapped +0.6 /
 # +1.1%, 2 x SMS +2.0 / +4.7%.
 MMA_MAX_B, TC_LARGE_MIN_B, TC_LARGE_WEIGHT = 16, 8, 2048 * 2048
+# An rmsnorm-fused gemm_tc of at least RMS_INPUT_MIN_B rows gets an rms_input launch that normalises its rows
+# once (``launches(normed=)``); up to B = 16 every block normalises its own rows instead, one launch fewer per fused
+# projection (1b at B = 9-16: 83 launches a step instead of 116). H100, graph step at context 512, A/B, two rounds,
+# us (session 40), main -> fused up to 16 / 32: 1b B = 12 1489.3 -> 1471.7 / 1471.3, B = 16 1596.8 -> 1549.4 /
+# 1549.2, B = 24 1819.2 -> 1818.6 / 1857.2, B = 32 2008.4 -> 2009.7 / 2023.2; small within 0.5% up to 16, B = 24 /
+# 32 +2.6 / +4.8% fused up to 32. Session 19 (H200) chose rms_input for B > 16 (-7 to -30% there).
+RMS_INPUT_MIN_B = 17
 # gemv_mma: unused dynamic shared memory that caps it at 2 blocks per SM (30 KiB of static arrays + 48 KiB, a third
 # block would need 3 x 79 KiB of the SM's 228, counting the 1 KiB per block the driver reserves). A GPU test reads
 # the occupancy back (tests/test_kernels_proj.py::test_plans_blocks_per_sm), a CPU test checks it against ptxas -v.
@@ -164,9 +171,9 @@ class GemvPlan:
         pointers (buffers or ints); ``workspace`` may be None when ``splits == 1``; ``norm [K]`` and ``eps`` serve
         ``x_op == "rmsnorm"``. ``positions`` (int32 ``[B]``, None: every row active) marks inactive rows (``< 0``):
         they read no input and come out as zeros (``"residual"``: y unchanged). ``normed`` (bf16 ``[B, K]``) lets an
-        rmsnorm-fused ``gemm_tc`` multiply rows an ``rms_input`` launch before it normalised once (the same bits)
-        instead of normalising them in every block. ``counters`` (int32 ``[plan.counters]``, zeros) serves a plan that
-        merges its splits in the kernel (``plan.counters > 0``).
+        rmsnorm-fused ``gemm_tc`` of ``B >= RMS_INPUT_MIN_B`` rows multiply rows an ``rms_input`` launch before it
+        normalised once (the same bits) instead of normalising them in every block. ``counters`` (int32
+        ``[plan.counters]``, zeros) serves a plan that merges its splits in the kernel (``plan.counters > 0``).
         """
         if self.x_op == X_OPS["rmsnorm"] and norm is None:
             raise ValueError("an rmsnorm-fused projection needs the norm weight")
@@ -182,7 +189,8 @@ class GemvPlan:
             main["parts"] = self.parts
         elif self.kernel in ("gemm_tc", "gemv_mma"):
             main.update(partial=workspace if self.counters else 0, counters=counters if self.counters else 0)
-        if self.kernel == "gemm_tc" and normed is not None and self.x_op == X_OPS["rmsnorm"]:
+        if (self.kernel == "gemm_tc" and normed is not None and self.x_op == X_OPS["rmsnorm"]
+                and B >= RMS_INPUT_MIN_B):
             pre = [Launch("rms_input", (math.ceil(B / 4), 1, 1), (128, 1, 1), 0,
                           dict(h=normed, x=x, norm=norm, positions=positions, B=B, K=K, eps=eps))]
             main.update(x=normed, norm=0, x_op=X_OPS["plain"])
