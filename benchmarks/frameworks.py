@@ -265,7 +265,7 @@ def rawgraphs_framework(bench: Bench) -> Framework:
 
 def cupy_framework(bench: Bench, cp) -> Framework:
     """CuPy: a RawModule kernel of the same cubin, launched and captured on a CuPy view of the bench stream."""
-    cps = cp.cuda.ExternalStream(int(bench.stream.handle))
+    cps = cp.cuda.Stream.from_external(bench.stream)  # the CUDA stream protocol (Stream.__cuda_stream__)
     cps.use()  # CuPy launches and captures on its current stream
     kernel = cp.RawModule(path=str(bench.cubin)).get_function("axpb")
     views = {}

@@ -128,7 +128,7 @@ def cupy_launch(case: Case, stream: Stream, cubin: Path) -> Launch:
         else:
             args.append(_NUMPY[p.type](v))
     args = tuple(args)
-    cp_stream = cp.cuda.ExternalStream(int(stream.handle))
+    cp_stream = cp.cuda.Stream.from_external(stream)  # the CUDA stream protocol (Stream.__cuda_stream__)
     cp_stream.use()  # CuPy launches on its current stream; set once, outside the timed loop
     grid, block = case.shape.grid, case.shape.block
 

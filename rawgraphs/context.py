@@ -138,9 +138,16 @@ class Stream:
 
     @classmethod
     def borrow(cls, obj) -> Stream:
-        """Wrap a stream we do not own: a ``CUstream``, an int handle, a CuPy stream (``.ptr``) or a torch
-        stream (``.cuda_stream``). We never destroy it."""
-        raw = getattr(obj, "cuda_stream", getattr(obj, "ptr", obj))
+        """Wrap a stream we do not own: anything with the CUDA stream protocol's ``__cuda_stream__`` (a cuda.core
+        stream, another rawgraphs Stream), a ``CUstream``, an int handle, a CuPy stream (``.ptr``) or a torch stream
+        (``.cuda_stream``). We never destroy it."""
+        if hasattr(obj, "__cuda_stream__"):
+            version, raw = obj.__cuda_stream__()
+            if version != 0:
+                raise ValueError(f"__cuda_stream__ version {version}: only version 0 of the CUDA stream protocol "
+                                 "is known")
+        else:
+            raw = getattr(obj, "cuda_stream", getattr(obj, "ptr", obj))
         return cls(raw if isinstance(raw, driver.CUstream) else driver.CUstream(int(raw)), False)
 
     @classmethod
@@ -179,6 +186,11 @@ class Stream:
 
     def __int__(self) -> int:
         return int(self.handle)
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        """The CUDA stream protocol (version 0, the handle), so other libraries can borrow this stream:
+        ``cupy.cuda.Stream.from_external(s)`` (CuPy >= 14), ``cuda.core``'s ``Device().create_stream(s)``."""
+        return 0, int(self._live())
 
     def __enter__(self) -> Stream:
         return self

@@ -68,6 +68,31 @@ def test_cupy_array_is_a_kernel_argument(basic, stream, rng):
     assert args.refs["x"].owner is xc  # the block pins the CuPy array it points into
 
 
+def test_cupy_queues_in_order_on_our_stream_through_the_stream_protocol(dev, basic, stream, rng):
+    """``cupy.cuda.Stream.from_external`` reads ``Stream.__cuda_stream__``: a CuPy op on it runs after our queued
+    kernel (with the stream held busy first, an op on any other stream would run before it), and borrowing CuPy's
+    stream back gives our handle."""
+    cp = pytest.importorskip("cupy")
+    from rawgraphs.bench import Blocker
+    n = 4099
+    x = rng.standard_normal(n).astype(np.float32)
+    xb, out = DeviceBuffer.from_numpy(x), DeviceBuffer(n, np.float32)
+    hold = Blocker(stream, launches=50)  # ~3 ms of queued work ahead of ours
+    hold()
+    k = basic.kernel("axpb")
+    k.launch(grid_for(n), k.args(out=out, x=xb, a=2.0, b=0.5, n=n), stream)
+    cps = cp.cuda.Stream.from_external(stream)
+    mem = cp.cuda.UnownedMemory(int(out), out.nbytes, out, device_id=dev.ordinal)
+    view = cp.ndarray((n,), cp.float32, cp.cuda.MemoryPointer(mem, 0))
+    with cps:
+        view *= 3  # on our stream: after axpb
+    assert stream.query() is False  # still queued behind the blocker, so the order above is the stream's
+    stream.synchronize()
+    np.testing.assert_array_equal(out.to_numpy(), (np.float32(2) * x + np.float32(0.5)) * np.float32(3))
+    assert int(Stream.borrow(cps)) == int(stream)
+    hold.close()
+
+
 TORCH_SCRIPT = """
 import numpy as np, torch
 from rawgraphs import Module, Stream

@@ -45,3 +45,24 @@ def test_a_closed_streams_handle_refuses_every_driver_call(monkeypatch):
         with pytest.raises(ClosedError, match="this Stream was closed"):
             call()
     s.close()  # idempotent
+
+
+def test_cuda_stream_protocol_round_trip():
+    """``__cuda_stream__`` gives (version 0, handle), what cuda.core and CuPy 14's ``Stream.from_external`` read;
+    ``borrow`` reads it first, from any object that has it, and refuses a version it does not know."""
+    s = Stream.borrow(0x7F00_4321)
+    assert s.__cuda_stream__() == (0, 0x7F00_4321)
+    again = Stream.borrow(s)
+    assert int(again) == 0x7F00_4321 and not again.owned
+    other = SimpleNamespace(__cuda_stream__=lambda: (0, 0x55), ptr=9)  # the protocol wins over .ptr
+    assert int(Stream.borrow(other)) == 0x55
+    with pytest.raises(ValueError, match="version 1"):
+        Stream.borrow(SimpleNamespace(__cuda_stream__=lambda: (1, 0x55)))
+
+
+def test_cuda_stream_protocol_refuses_a_closed_stream(monkeypatch):
+    monkeypatch.setattr(context, "_destroy_stream", lambda handle: None)
+    s = Stream(driver.CUstream(0x7F00_8765), owned=True)
+    s.close()
+    with pytest.raises(ClosedError, match="this Stream was closed"):
+        s.__cuda_stream__()
