@@ -77,13 +77,18 @@ def test_cupy_queues_in_order_on_our_stream_through_the_stream_protocol(dev, bas
     n = 4099
     x = rng.standard_normal(n).astype(np.float32)
     xb, out = DeviceBuffer.from_numpy(x), DeviceBuffer(n, np.float32)
-    hold = Blocker(stream, launches=50)  # ~3 ms of queued work ahead of ours
+    cps = cp.cuda.Stream.from_external(stream)
+    assert cps.ptr == int(stream)
+    mem = cp.cuda.UnownedMemory(int(out), out.nbytes, out, device_id=dev.ordinal)
+    view = cp.ndarray((n,), cp.float32, cp.cuda.MemoryPointer(mem, 0))
+    warm = cp.ones(n, cp.float32)
+    with cps:
+        warm *= 3  # compiles CuPy's kernel now: a first-use compile would outlast the blocker below
+    stream.synchronize()
+    hold = Blocker(stream, launches=200)  # ~15 ms of queued work ahead of ours
     hold()
     k = basic.kernel("axpb")
     k.launch(grid_for(n), k.args(out=out, x=xb, a=2.0, b=0.5, n=n), stream)
-    cps = cp.cuda.Stream.from_external(stream)
-    mem = cp.cuda.UnownedMemory(int(out), out.nbytes, out, device_id=dev.ordinal)
-    view = cp.ndarray((n,), cp.float32, cp.cuda.MemoryPointer(mem, 0))
     with cps:
         view *= 3  # on our stream: after axpb
     assert stream.query() is False  # still queued behind the blocker, so the order above is the stream's
