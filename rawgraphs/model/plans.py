@@ -60,8 +60,9 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 __all__ = ["MMA_MERGE_MIN", "MMA_SPLIT_TARGET", "MMA_UNSPLIT_MAX_B", "OUT_MODES", "PARTIAL", "RMS_INPUT_MIN_B",
-           "TC_SHARED", "TC_TWO_PER_SM_SHARED", "TWO_PER_SM_SHARED", "X_OPS", "SMS", "GemvPlan", "Launch", "gemv_plan",
-           "max_counters", "max_workspace_bytes", "rows_fit", "tc_fits", "tc_target_blocks", "two_per_sm"]
+           "TC_CAP_MIN_B", "TC_SHARED", "TC_TWO_PER_SM_SHARED", "TWO_PER_SM_SHARED", "X_OPS", "SMS", "GemvPlan",
+           "Launch", "gemv_plan", "max_counters", "max_workspace_bytes", "rows_fit", "tc_fits", "tc_target_blocks",
+           "two_per_sm"]
 
 OUT_MODES = {"bf16": 0, "residual": 1, "f32": 2, "silu": 4}  # the `mode` argument of kernels/gemv.cu
 PARTIAL = 3  # mode: write fp32 partials of one K split
@@ -91,8 +92,11 @@ MMA_SPLIT_TARGET, MMA_MIN_CHUNK, MMA_MERGE_MIN, MMA_UNSPLIT_MAX_B = 2 * SMS, 102
 # small 424.2 -> 417.4 / 460.8 -> 452.7 (N >= 4096, small's gate_up with it, +6.3 / +3.4%). From B = 5 K >= 2048
 # lost: 1b B = 6 / 8 +1.4 / +4.2%, small +10.6 / +5.1%; only 1b's o and down from B = 5, +4.3 / +5.8%. Within the
 # new range main's gemm_tc cap (two_per_sm) and split target (tc_target_blocks) held: 1b B = 12 / 16 uncapped +0.6 /
-# +1.1%, 2 x SMS +2.0 / +4.7%.
-MMA_MAX_B, TC_LARGE_MIN_B, TC_LARGE_WEIGHT = 16, 8, 2048 * 2048
+# +1.1%, 2 x SMS +2.0 / +4.7%. With gemm_tc normalising its own rows up to B = 16 (RMS_INPUT_MIN_B), from B = 5
+# won (session 40, three rounds, main -> from B = 5 / and uncapped below 9, TC_CAP_MIN_B): 1b B = 5 / 6 / 7 / 8
+# 1259.3 / 1287.5 / 1330.3 / 1330.3 -> 1198.9 / 1225.5 / 1264.5 / 1330.5 and 1198.1 / 1225.8 / 1264.1 / 1304.0 (-4.9
+# / -4.8 / -5.0 / -2.0%), small (its LM head) -0.2 to -0.7%; B = 4 unchanged (gemv_mma).
+MMA_MAX_B, TC_LARGE_MIN_B, TC_LARGE_WEIGHT = 16, 4, 2048 * 2048
 # An rmsnorm-fused gemm_tc of at least RMS_INPUT_MIN_B rows gets an rms_input launch that normalises its rows
 # once (``launches(normed=)``); up to B = 16 every block normalises its own rows instead, one launch fewer per fused
 # projection (1b at B = 9-16: 83 launches a step instead of 116). H100, graph step at context 512, A/B, two rounds,
@@ -110,6 +114,7 @@ TWO_PER_SM_SHARED = 48 * 1024
 TC_STAGES = 3
 TC_SHARED = TC_STAGES * 2 * TC_TILE * (TC_TILE + 8) * 2
 TC_TWO_PER_SM_SHARED = 80 * 1024
+TC_CAP_MIN_B = 9  # gemm_tc takes the cap from this batch (two_per_sm)
 REDUCE_THREADS = 256
 GEMV_WARPS_PER_SM = 24  # gemv: warps per SM in its one wave (3 blocks x 8 warps; see GEMV_THREE_PER_SM_SHARED)
 # gemv: dynamic shared bytes at least, so an SM holds 3 of its blocks, not the 4 its registers allow (4 x 59 KiB
@@ -222,9 +227,10 @@ def tc_target_blocks(B: int) -> int:
     return (3 if B <= TC_TILE else 2) * SMS
 
 
-def two_per_sm(B: int, blocks: int) -> bool:
-    """Whether ``gemv_mma`` or ``gemm_tc`` runs capped at 2 blocks per SM (``TWO_PER_SM_SHARED``) instead of the 3
-    or 4 its registers allow: at B >= 8, for grids that fit one wave at 2 per SM.
+def two_per_sm(B: int, blocks: int, kernel: str = "gemv_mma") -> bool:
+    """Whether ``gemv_mma`` or ``gemm_tc`` (``kernel``) runs capped at 2 blocks per SM (``TWO_PER_SM_SHARED``,
+    ``TC_TWO_PER_SM_SHARED``) instead of the 3 or 4 its registers allow: for grids that fit one wave at 2 per SM, at
+    B >= 8 (gemv_mma) or B >= TC_CAP_MIN_B (gemm_tc).
 
     Measured in the decode step (graph, context 512, H200, the same kernel with and without the cap):
     - gemv_mma (session 11): small B = 8 / 16 356 / 501 -> 343 / 461 us (qkv, gate_up, and o and down after their
@@ -239,8 +245,10 @@ def two_per_sm(B: int, blocks: int) -> bool:
     Our reading (not measured): such a grid is one wave either way, but allowed more per SM the block scheduler
     can stack them on the SMs that free first (under PDL the previous kernel still holds the others), and those
     SMs finish last; capped, the blocks spread.
+    - gemm_tc at B = 5-8 (1b's projections, either LM head; TC_LARGE_MIN_B) is left uncapped: 1b B = 8 1330.5 ->
+      1304.0 us (its o, 256 blocks; H100, session 40).
     """
-    return B >= 8 and blocks <= 2 * SMS
+    return B >= (TC_CAP_MIN_B if kernel == "gemm_tc" else 8) and blocks <= 2 * SMS
 
 
 def tc_fits(B: int, N: int, K: int) -> bool:
@@ -330,7 +338,7 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         block, tm, tn = (TC_THREADS, 1, 1), math.ceil(B / TC_TILE), math.ceil(N / TC_TILE)
         splits, k_chunk = _splits(tm * tn, K, tc_target_blocks(B), 256, splits)
         grid = (tm, tn, splits)
-        shared = TC_TWO_PER_SM_SHARED if two_per_sm(B, tm * tn * splits) else TC_SHARED
+        shared = TC_TWO_PER_SM_SHARED if two_per_sm(B, tm * tn * splits, kernel) else TC_SHARED
     else:
         raise ValueError(f"unknown gemv kernel {kernel!r}; one of gemv, gemv_rows, gemv_mma, gemm_tc")
     mode = OUT_MODES[out]
