@@ -95,9 +95,9 @@ def test_signatures():
 
 
 def runs_gemm_tc(B: int, N: int, K: int) -> bool:
-    """gemm_tc's range, stated apart from plans.tc_fits: above 16 rows, or above 4 for a weight of 2048^2 elements
+    """gemm_tc's range, stated apart from plans.tc_fits: above 16 rows, or from 4 for a weight of 2048^2 elements
     or more (session 39's and 40's A/B)."""
-    return B > 16 or B > 4 and N * K >= 2048 * 2048
+    return B > 16 or B >= 4 and N * K >= 2048 * 2048
 
 
 def gemv_used_shared(k_chunk: int) -> int:
@@ -190,8 +190,8 @@ def test_gemm_tc_input_is_normalised_once_by_rms_input_when_given_a_buffer():
     assert [ln.kernel for ln in fused] == ["gemm_tc"] and fused[0].args["x_op"] == X_OPS["rmsnorm"]
     plain = gemv_plan(37, 6144, 2048, "bf16").launches("y", "x", "w", "ws", 37, 6144, 2048, normed="h", counters="c")
     assert [ln.kernel for ln in plain] == ["gemm_tc"] and plain[0].args["x"] == "x"
-    small = gemv_plan(4, 6144, 2048, "bf16", x_op="rmsnorm").launches("y", "x", "w", "ws", 4, 6144, 2048, "g",
-                                                                      normed="h")
+    small = gemv_plan(4, 2304, 768, "bf16", x_op="rmsnorm").launches("y", "x", "w", "ws", 4, 2304, 768, "g",
+                                                                     normed="h")
     assert small[0].kernel == "gemv_mma" and small[0].args["x"] == "x"
     for B in (RMS_INPUT_MIN_B - 1, RMS_INPUT_MIN_B):  # below it gemm_tc normalises its rows in every block
         lns = gemv_plan(B, 6144, 2048, "bf16", x_op="rmsnorm").launches("y", "x", "w", "ws", B, 6144, 2048, "g",
@@ -270,7 +270,7 @@ def test_gemv_plan_silu(B, N, K):
     (8, 2048, 5632, "residual", False),  # 1b down: 128 blocks x 3 splits
     (12, 2048, 2048, "residual", True),  # gemm_tc (a weight of 2048^2 elements from B = 9), 1b o: 32 x 8 splits
     (5, 2304, 768, "bf16", False),      # B < 8
-    (8, 2048, 2048, "residual", False),  # gemm_tc (a weight of 2048^2 elements from B = 5), 1b o: 256 blocks
+    (8, 2048, 2048, "residual", False),  # gemm_tc (a weight of 2048^2 elements from B = 4), 1b o: 256 blocks
     (8, 6144, 2048, "bf16", False),     # 1b qkv: 384 blocks
     (8, 32000, 768, "f32", False),       # LM head: 2000 blocks
     (32, 2048, 2048, "residual", True),  # gemm_tc, 1b o: 32 column tiles x 8 splits = 256 blocks
@@ -735,7 +735,7 @@ def test_plans_blocks_per_sm(mods):
         return mods["gemv"].kernel(plan.kernel).blocks_per_sm(LaunchShape(plan.grid, plan.block, plan.shared))
 
     assert blocks(gemv_plan(1, 2048, 2048)) == 3 and blocks(gemv_plan(1, 2048, 5632, "residual")) == 3
-    assert blocks(gemv_plan(4, 6144, 2048)) == 3
+    assert blocks(gemv_plan(4, 4096, 768, "silu")) == 3  # gemv_mma, 256 blocks: uncapped below B = 8
     uncapped = gemv_plan(8, 2048, 2048)  # gemm_tc below TC_CAP_MIN_B
     assert uncapped.kernel == "gemm_tc" and math.prod(uncapped.grid) <= 2 * SMS and blocks(uncapped) == 4
     rows = gemv_plan(3, 6144, 2048)

@@ -15,10 +15,10 @@
   276.5 -> 274.7 (and 294.3 -> 255.4 on the H100 once its o and down took the unit stream at B = 1, session 38), but
   B = 3 300 -> 331 (each of its K = 768 projections dearer: 3 chunks a row leave the extra
   rows' arithmetic and reductions exposed); B = 4 lost on both (1b 1145 -> 1200, small 307 -> 372).
-- otherwise ``2 <= B <= 16`` (``B <= 8`` for weights of ``TC_LARGE_WEIGHT`` elements or more): ``gemv_mma``, 16
+- otherwise ``2 <= B <= 16`` (``B <= 3`` for weights of ``TC_LARGE_WEIGHT`` elements or more): ``gemv_mma``, 16
   weight rows per 256-thread block streamed straight into tensor-core fragments (4 x 2 16-byte loads in flight per
   lane, 3 blocks per SM, or 2 where ``two_per_sm`` says); each weight row is read once per launch.
-- ``B > 16``, and ``B > 8`` for those large weights (``tc_fits``): ``gemm_tc``, 64 x 64 output tiles on tensor
+- ``B > 16``, and ``B >= 4`` for those large weights (``tc_fits``): ``gemm_tc``, 64 x 64 output tiles on tensor
   cores (mma.sync bf16, fp32 accumulate; the kernel takes 32-row tiles itself at B <= 32, on the same grid), K tiles
   of x and W streamed through a ``TC_STAGES``-deep cp.async pipeline in ``TC_SHARED`` bytes of shared memory (4
   blocks of 8 warps per SM), or 2 blocks per SM where ``two_per_sm`` says.
@@ -95,8 +95,9 @@ MMA_SPLIT_TARGET, MMA_MIN_CHUNK, MMA_MERGE_MIN, MMA_UNSPLIT_MAX_B = 2 * SMS, 102
 # +1.1%, 2 x SMS +2.0 / +4.7%. With gemm_tc normalising its own rows up to B = 16 (RMS_INPUT_MIN_B), from B = 5
 # won (session 40, three rounds, main -> from B = 5 / and uncapped below 9, TC_CAP_MIN_B): 1b B = 5 / 6 / 7 / 8
 # 1259.3 / 1287.5 / 1330.3 / 1330.3 -> 1198.9 / 1225.5 / 1264.5 / 1330.5 and 1198.1 / 1225.8 / 1264.1 / 1304.0 (-4.9
-# / -4.8 / -5.0 / -2.0%), small (its LM head) -0.2 to -0.7%; B = 4 unchanged (gemv_mma).
-MMA_MAX_B, TC_LARGE_MIN_B, TC_LARGE_WEIGHT = 16, 4, 2048 * 2048
+# / -4.8 / -5.0 / -2.0%), small (its LM head) -0.2 to -0.7%. From B = 4 too (the next call, three rounds): 1b B = 4
+# 1233.9 -> 1173.4 (-4.8%), small 311.0 -> 309.2 (-0.6%); B = 8-16 within 0.1%.
+MMA_MAX_B, TC_LARGE_MIN_B, TC_LARGE_WEIGHT = 16, 3, 2048 * 2048
 # An rmsnorm-fused gemm_tc of at least RMS_INPUT_MIN_B rows gets an rms_input launch that normalises its rows
 # once (``launches(normed=)``); up to B = 16 every block normalises its own rows instead, one launch fewer per fused
 # projection (1b at B = 9-16: 83 launches a step instead of 116). H100, graph step at context 512, A/B, two rounds,
@@ -245,8 +246,9 @@ def two_per_sm(B: int, blocks: int, kernel: str = "gemv_mma") -> bool:
     Our reading (not measured): such a grid is one wave either way, but allowed more per SM the block scheduler
     can stack them on the SMs that free first (under PDL the previous kernel still holds the others), and those
     SMs finish last; capped, the blocks spread.
-    - gemm_tc at B = 5-8 (1b's projections, either LM head; TC_LARGE_MIN_B) is left uncapped: 1b B = 8 1330.5 ->
-      1304.0 us (its o, 256 blocks; H100, session 40).
+    - gemm_tc at B = 4-8 (1b's projections, either LM head; TC_LARGE_MIN_B) is left uncapped: 1b B = 8 1330.5 ->
+      1304.0 us (its o, 256 blocks; H100, session 40). Uncapped up to 16 too was mixed: 1b B = 12 / 16 1438.2 /
+      1519.3 -> 1432.1 / 1526.4 us (three rounds), small within 0.3%.
     """
     return B >= (TC_CAP_MIN_B if kernel == "gemm_tc" else 8) and blocks <= 2 * SMS
 
