@@ -27,7 +27,7 @@
 // gemv_rows (B = 2, and B = 3 for K >= 2048, where B = 1 would run the unit stream and the B x rows fit): gemv's
 //   unit stream for all B rows at once, each weight chunk read once (see "gemv_rows:" below); gemv's grid, block,
 //   shared memory and arguments.
-// gemv_mma (2 <= B <= 16 otherwise, B <= 8 for N * K >= 2048^2; passes of 8 / 16 / 32 batch rows): GEMV on tensor
+// gemv_mma (2 <= B <= 16 otherwise, B <= 3 for N * K >= 2048^2; passes of 8 / 16 / 32 batch rows): GEMV on tensor
 //   cores, W streamed from global memory straight into mma.sync A fragments (8 x 16-byte loads in flight per lane),
 //   x^T as the B operand.
 //   grid = (ceil(N / 16), splits), block = (256,) exactly, shared = 0 or unused (static arrays); OUT_SILU: a block owns
@@ -35,7 +35,7 @@
 //   partial fp32 [splits, B, N] (OUT_PARTIAL's layout) and the last of a row block's splits to finish adds them in
 //   split order and stores y (splitk_reduce's bits, without its launch); extra arguments partial and counters int32
 //   [ceil(N / 16)] (zeros before the first launch, zeros again after each), may be null when splits == 1.
-// gemm_tc (B > 16, and B > 8 for N * K >= 2048^2): tiled skinny GEMM on tensor cores (mma.sync m16n8k16 bf16, fp32
+// gemm_tc (B > 16, and B >= 4 for N * K >= 2048^2): tiled skinny GEMM on tensor cores (mma.sync m16n8k16 bf16, fp32
 //   accumulate). A block owns a 64 (batch; 32 when B <= 32) x 64 (weight rows) tile and one K range; 64-wide K
 //   tiles of x and W stream through a TC_STAGES-deep cp.async pipeline in shared memory (the first W tiles issued
 //   before the PDL wait; X_RMSNORM applied in place to each landed x tile).
@@ -363,9 +363,10 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const bf16* row) {
 // rms_input: h[b] = X_RMSNORM's input row, bf16(x[b] * inv_rms(x[b]) * norm), for each active row (positions[b] >= 0
 // or positions null; other rows are not written): gemm_tc then multiplies h as stored (X_PLAIN) instead of every
 // block of its grid computing the rows' scales (each read all 64 rows x K of x from L2 for them: at B = 64 and
-// K = 2048, 256 KB per block) and normalising each x tile it loads. One warp per row, with rows_scale's sum and
-// rmsnorm_x8's rounding: the same bits gemm_tc's X_RMSNORM multiplies (rmsnorm.cu's kernel sums a row over a block
-// in another order and takes no positions, so it is not used here). grid = (ceil(B / 4),), block = (128,).
+// K = 2048, 256 KB per block) and normalising each x tile it loads; plans.py launches it from B = 17
+// (RMS_INPUT_MIN_B: below it the extra launch cost more than the blocks' scales). One warp per row, with rows_scale's
+// sum and rmsnorm_x8's rounding: the same bits gemm_tc's X_RMSNORM multiplies (rmsnorm.cu's kernel sums a row over a
+// block in another order and takes no positions, so it is not used here). grid = (ceil(B / 4),), block = (128,).
 // Arguments: h bf16 [B, K], x bf16 [B, K], norm bf16 [K], positions int32 [B] (may be null), B, K, eps.
 extern "C" __global__ void __launch_bounds__(128) rms_input(bf16* __restrict__ h, const bf16* __restrict__ x,
                                                             const bf16* __restrict__ norm,
