@@ -243,12 +243,13 @@ def two_per_sm(B: int, blocks: int, kernel: str = "gemv_mma") -> bool:
     - Re-measured on the H100 (session 39, two rounds; main 8 -> 4 / 12): small B = 4 / 6 / 8 307.6 / 323.8 / 346.4
       -> 304.6 / 329.8 / 346.6 (from 4) and 348.1 at 8 (from 12); 1b 1245 / 1299 / 1342 -> 1230 / 1286 / 1344 (from
       4) and 1360 at 8 (from 12). From 4 wins 1b B = 4-6 by 1.0-1.2% but loses small B = 6 by 1.9%; kept at 8.
-    Our reading (not measured): such a grid is one wave either way, but allowed more per SM the block scheduler
-    can stack them on the SMs that free first (under PDL the previous kernel still holds the others), and those
-    SMs finish last; capped, the blocks spread.
+      Session 40, three rounds: small B = 4-7 -1.1 / -1.1 / +1.4 / -0.8% (B = 6 lost again), 1b B = 4 -0.9%.
     - gemm_tc at B = 4-8 (1b's projections, either LM head; TC_LARGE_MIN_B) is left uncapped: 1b B = 8 1330.5 ->
       1304.0 us (its o, 256 blocks; H100, session 40). Uncapped up to 16 too was mixed: 1b B = 12 / 16 1438.2 /
       1519.3 -> 1432.1 / 1526.4 us (three rounds), small within 0.3%.
+    Our reading (not measured): such a grid is one wave either way, but allowed more per SM the block scheduler
+    can stack them on the SMs that free first (under PDL the previous kernel still holds the others), and those
+    SMs finish last; capped, the blocks spread.
     """
     return B >= (TC_CAP_MIN_B if kernel == "gemm_tc" else 8) and blocks <= 2 * SMS
 
