@@ -59,10 +59,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-__all__ = ["MMA_MERGE_MIN", "MMA_SPLIT_TARGET", "MMA_UNSPLIT_MAX_B", "OUT_MODES", "PARTIAL", "RMS_INPUT_MIN_B",
-           "TC_CAP_MIN_B", "TC_SHARED", "TC_TWO_PER_SM_SHARED", "TWO_PER_SM_SHARED", "X_OPS", "SMS", "GemvPlan",
-           "Launch", "gemv_plan", "max_counters", "max_workspace_bytes", "rows_fit", "tc_fits", "tc_target_blocks",
-           "two_per_sm"]
+__all__ = ["MMA_CAP_MIN_B", "MMA_MERGE_MIN", "MMA_SPLIT_TARGET", "MMA_UNSPLIT_MAX_B", "OUT_MODES", "PARTIAL",
+           "RMS_INPUT_MIN_B", "TC_CAP_MIN_B", "TC_SHARED", "TC_TWO_PER_SM_SHARED", "TWO_PER_SM_SHARED", "X_OPS", "SMS",
+           "GemvPlan", "Launch", "gemv_plan", "max_counters", "max_workspace_bytes", "rows_fit", "tc_fits",
+           "tc_target_blocks", "two_per_sm"]
 
 OUT_MODES = {"bf16": 0, "residual": 1, "f32": 2, "silu": 4}  # the `mode` argument of kernels/gemv.cu
 PARTIAL = 3  # mode: write fp32 partials of one K split
@@ -115,7 +115,7 @@ TWO_PER_SM_SHARED = 48 * 1024
 TC_STAGES = 3
 TC_SHARED = TC_STAGES * 2 * TC_TILE * (TC_TILE + 8) * 2
 TC_TWO_PER_SM_SHARED = 80 * 1024
-TC_CAP_MIN_B = 9  # gemm_tc takes the cap from this batch (two_per_sm)
+MMA_CAP_MIN_B, TC_CAP_MIN_B = 8, 9  # gemv_mma / gemm_tc take the 2-per-SM cap from these batches (two_per_sm)
 REDUCE_THREADS = 256
 GEMV_WARPS_PER_SM = 24  # gemv: warps per SM in its one wave (3 blocks x 8 warps; see GEMV_THREE_PER_SM_SHARED)
 # gemv: dynamic shared bytes at least, so an SM holds 3 of its blocks, not the 4 its registers allow (4 x 59 KiB
@@ -231,7 +231,7 @@ def tc_target_blocks(B: int) -> int:
 def two_per_sm(B: int, blocks: int, kernel: str = "gemv_mma") -> bool:
     """Whether ``gemv_mma`` or ``gemm_tc`` (``kernel``) runs capped at 2 blocks per SM (``TWO_PER_SM_SHARED``,
     ``TC_TWO_PER_SM_SHARED``) instead of the 3 or 4 its registers allow: for grids that fit one wave at 2 per SM, at
-    B >= 8 (gemv_mma) or B >= TC_CAP_MIN_B (gemm_tc).
+    B >= MMA_CAP_MIN_B (gemv_mma) or B >= TC_CAP_MIN_B (gemm_tc).
 
     Measured in the decode step (graph, context 512, H200, the same kernel with and without the cap):
     - gemv_mma (session 11): small B = 8 / 16 356 / 501 -> 343 / 461 us (qkv, gate_up, and o and down after their
@@ -251,7 +251,7 @@ def two_per_sm(B: int, blocks: int, kernel: str = "gemv_mma") -> bool:
     can stack them on the SMs that free first (under PDL the previous kernel still holds the others), and those
     SMs finish last; capped, the blocks spread.
     """
-    return B >= (TC_CAP_MIN_B if kernel == "gemm_tc" else 8) and blocks <= 2 * SMS
+    return B >= (TC_CAP_MIN_B if kernel == "gemm_tc" else MMA_CAP_MIN_B) and blocks <= 2 * SMS
 
 
 def tc_fits(B: int, N: int, K: int) -> bool:
