@@ -37,8 +37,8 @@
 //   [ceil(N / 16)] (zeros before the first launch, zeros again after each), may be null when splits == 1.
 // gemm_tc (B > 16, and B >= 4 for N * K >= 2048^2): tiled skinny GEMM on tensor cores (mma.sync m16n8k16 bf16, fp32
 //   accumulate). A block owns a 64 (batch; 32 when B <= 32) x 64 (weight rows) tile and one K range; 64-wide K
-//   tiles of x and W stream through a TC_STAGES-deep cp.async pipeline in shared memory (the first W tiles issued
-//   before the PDL wait; X_RMSNORM applied in place to each landed x tile).
+//   tiles of x and W stream through a TC_STAGES-deep (TC_STAGES32 at 32-row tiles) cp.async pipeline in shared
+//   memory (the first W tiles issued before the PDL wait; X_RMSNORM applied in place to each landed x tile).
 //   grid = (ceil(B / 64), ceil(N / 64), splits), block = (256,) exactly, dynamic shared >= TC_SHARED bytes (55296;
 //   more only to cap blocks per SM); OUT_SILU: a tile holds 32 gate rows and their 32 up rows (same grid).
 //   splits > 1 (but mode OUT_PARTIAL): the last of a tile's blocks sums the splits' fp32 tiles and applies mode
@@ -469,8 +469,10 @@ __device__ __forceinline__ void tc_store(void* y, const float* cs, const float* 
 }
 
 // gemm_tc's pipeline: TC_STAGES K tiles of x and W in flight per block through cp.async (TC_STAGES - 1 ahead of
-// the tile being multiplied), in dynamic shared memory (TC_SHARED bytes at least: plans.py's TC_SHARED).
+// the tile being multiplied), in dynamic shared memory (TC_SHARED bytes at least: plans.py's TC_SHARED). 32-row
+// tiles take TC_STAGES32 stages in the same bytes: their x tile is half the size.
 #define TC_STAGES 3
+#define TC_STAGES32 4
 #define TC_TILE_ELEMS (TC_M * TC_LD)  // one operand tile, padded rows
 #define TC_SHARED (TC_STAGES * 2 * TC_TILE_ELEMS * 2)
 
@@ -485,7 +487,13 @@ __device__ __forceinline__ void gemm_tc_body(void* y, const bf16* __restrict__ x
     constexpr int NW = 8 / (TM / 16), NJ = 8 / NW, XC = TM * 8 / TC_THREADS;  // warp columns, n8 frags, x chunks
     __shared__ float scale_s[TC_M];
     extern __shared__ __align__(16) unsigned char tc_raw[];
-    bf16* stages = reinterpret_cast<bf16*>(tc_raw);  // [TC_STAGES][x tile | W tile]: [2][64][TC_LD] each
+    // STAGES of [x tile [TM][TC_LD] | W tile [64][TC_LD]]: with TM = 32 a stage is 3/4 of a 64-row one, so 4 fit
+    // in TC_SHARED (exactly) and 3 K tiles are in flight ahead of the one being multiplied instead of 2, at the same
+    // 4 blocks per SM. A W tile's latency, not the SM's issue rate, paces these blocks (session 21's ncu: 18 cycles
+    // per issued instruction a warp; 1b's LM head at B = 4-8 streams at ~0.75 of copy bandwidth on gemm_tc).
+    constexpr int STAGES = TM == 32 ? TC_STAGES32 : TC_STAGES, STAGE = (TM + TC_M) * TC_LD;
+    static_assert(STAGES * STAGE * 2 <= TC_SHARED, "gemm_tc's stages exceed TC_SHARED");
+    bf16* stages = reinterpret_cast<bf16*>(tc_raw);
     float* cs = reinterpret_cast<float*>(tc_raw);     // [64][TC_LDC], after the main loop
 
     const TileRows tr = tile_rows(mode, N, TC_N);  // OUT_SILU: 32 gate/up row pairs
@@ -497,13 +505,13 @@ __device__ __forceinline__ void gemm_tc_body(void* y, const bf16* __restrict__ x
     const int wm = (warp / NW) * 16, wn = (warp % NW) * (TC_N / NW);  // this warp's 16 x (8 NJ) output tile
     const int g = lane >> 2, t2 = (lane & 3) * 2;           // mma fragment coordinates
     rows_active(scale_s, positions, m0, min(TM, B - m0), TM);
-    // Weights do not depend on the kernel before (pdl.cuh): the first TC_STAGES - 1 W tiles go out before the wait,
+    // Weights do not depend on the kernel before (pdl.cuh): the first STAGES - 1 W tiles go out before the wait,
     // as one cp.async group; then one group per x tile. Every later iteration commits one group (W and x of the tile
-    // TC_STAGES - 1 ahead, or nothing past the end), so tile t has landed once at most TC_STAGES - 2 are pending.
+    // STAGES - 1 ahead, or nothing past the end), so tile t has landed once at most STAGES - 2 are pending.
     const auto wc = w_tile_copy(w, n0, rows, half, K, k0);
 #pragma unroll
-    for (int s = 0; s < TC_STAGES - 1; ++s)
-        if (s < tiles) tile_async(stages + (2 * s + 1) * TC_TILE_ELEMS, wc, s, k1);
+    for (int s = 0; s < STAGES - 1; ++s)
+        if (s < tiles) tile_async(stages + s * STAGE + TM * TC_LD, wc, s, k1);
     cp_async_commit();
     pdl_begin();
     rows_scale(scale_s, x, x_op, m0, TM, K, eps);
@@ -512,8 +520,8 @@ __device__ __forceinline__ void gemm_tc_body(void* y, const bf16* __restrict__ x
     for (int i = 0; i < XC; ++i) sc[i] = scale_s[(threadIdx.x + i * TC_THREADS) / 8];
     const auto xc = x_tile_copy<TM>(x, sc, m0, K, k0);
 #pragma unroll
-    for (int s = 0; s < TC_STAGES - 1; ++s) {
-        if (s < tiles) tile_async(stages + 2 * s * TC_TILE_ELEMS, xc, s, k1);
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < tiles) tile_async(stages + s * STAGE, xc, s, k1);
         cp_async_commit();
     }
     // X_RMSNORM: this thread's 8 norm weights of the next tile, loaded a tile ahead (the same column in all its chunks)
@@ -527,10 +535,10 @@ __device__ __forceinline__ void gemm_tc_body(void* y, const bf16* __restrict__ x
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
 
-    for (int t = 0, st = 0, ahead_st = TC_STAGES - 1; t < tiles; ++t) {  // st, ahead_st: t and t + 2's stages
-        bf16* xt = stages + 2 * st * TC_TILE_ELEMS;
-        const bf16* wt = xt + TC_TILE_ELEMS;
-        cp_async_wait<TC_STAGES - 2>();  // this thread's copies of tile t have landed
+    for (int t = 0, st = 0, ahead_st = STAGES - 1; t < tiles; ++t) {  // st, ahead_st: t and t + STAGES - 1's
+        bf16* xt = stages + st * STAGE;
+        const bf16* wt = xt + TM * TC_LD;
+        cp_async_wait<STAGES - 2>();  // this thread's copies of tile t have landed
         __syncthreads();                 // everyone's have; everyone is done with tile t - 1's buffers
         if (rms) {  // block-uniform
             const uint4 gv = g_next;
@@ -538,15 +546,15 @@ __device__ __forceinline__ void gemm_tc_body(void* y, const bf16* __restrict__ x
             if (t + 1 < tiles && nk < k1) g_next = __ldg(reinterpret_cast<const uint4*>(norm + nk));
             x_tile_norm<TM>(xt, sc, gv);
         }
-        const int ahead = t + TC_STAGES - 1;  // into the buffers tile t - 1 used
+        const int ahead = t + STAGES - 1;  // into the buffers tile t - 1 used
         if (ahead < tiles) {
-            bf16* xa = stages + 2 * ahead_st * TC_TILE_ELEMS;
-            tile_async(xa + TC_TILE_ELEMS, wc, ahead, k1);
+            bf16* xa = stages + ahead_st * STAGE;
+            tile_async(xa + TM * TC_LD, wc, ahead, k1);
             tile_async(xa, xc, ahead, k1);
         }
         cp_async_commit();
-        st = st + 1 == TC_STAGES ? 0 : st + 1;
-        ahead_st = ahead_st + 1 == TC_STAGES ? 0 : ahead_st + 1;
+        st = st + 1 == STAGES ? 0 : st + 1;
+        ahead_st = ahead_st + 1 == STAGES ? 0 : ahead_st + 1;
         if (rms) __syncthreads();  // the normalised tile, before any warp reads another thread's chunks
 #pragma unroll
         for (int kk = 0; kk < TC_K; kk += 16) {
