@@ -44,7 +44,8 @@ BATCHES = [1, 2, 4, 8, 64, 256]
 # Alternatives timed next to the plan's default: (kernel, splits, grid scale); None splits = the plan's choice;
 # the grid scale multiplies grid[0] (gemv is correct for any grid: its warp groups stride over the rows; half its
 # grid leaves room on the SMs for the next launches, which costs under PDL).
-ALTERNATIVES = {1: [("gemv", None, 0.5), ("gemv_mma", 1, 1)], 8: [("gemv", None, 1), ("gemm_tc", None, 1)],
+ALTERNATIVES = {1: [("gemv", None, 0.5), ("gemv_mma", 1, 1)],
+                8: [("gemv", None, 1), ("gemm_tc", None, 1), ("gemm_tc_narrow", None, 1)],
                 64: [("gemv_mma", 1, 1)], 256: [("gemv_mma", 1, 1)],
                 **{b: [("gemm_tc", None, 1)] for b in (2, 4, 12, 16)}}
 STREAM_LAUNCHES = 16
@@ -133,7 +134,7 @@ def main() -> None:
     a = ap.parse_args()
     dev = device()
     mod, spin = Module.from_file("gemv"), Module.from_source(SPIN, "spin.cu")
-    names = ("gemv", "gemv_mma", "gemm_tc", "splitk_reduce")
+    names = ("gemv", "gemv_rows", "gemv_mma", "gemm_tc", "gemm_tc_narrow", "splitk_reduce")
     attrs = {k: mod.kernel(k).attributes() for k in names}
     rows = []
     with Stream.create() as stream:

@@ -257,6 +257,13 @@ __device__ __forceinline__ void rows_scale(float* scale_s, const bf16* __restric
 #define TC_LD (TC_K + 8)  // padded row (144 bytes): fragment loads hit 32 distinct banks
 #define TC_LDC (TC_N + 4)
 #define TC_THREADS 256  // gemm_tc's block: 8 warps
+// gemm_tc's pipeline: TC_STAGES K tiles of x and W in flight per block through cp.async (TC_STAGES - 1 ahead of
+// the tile being multiplied), in dynamic shared memory (TC_SHARED bytes at least: plans.py's TC_SHARED). 32-row
+// tiles take TC_STAGES32 stages in the same bytes: their x tile is half the size.
+#define TC_STAGES 3
+#define TC_STAGES32 4
+#define TC_TILE_ELEMS (TC_M * TC_LD)  // one operand tile, padded rows
+#define TC_SHARED (TC_STAGES * 2 * TC_TILE_ELEMS * 2)
 
 __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
     const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
@@ -389,30 +396,66 @@ extern "C" __global__ void __launch_bounds__(128) rms_input(bf16* __restrict__ h
 // barrier: attention's fused combine); the last block to count resets the counter to 0 for the next launch and
 // sums the tile's slabs in split order (0.0f + s0 + s1 + ...: splitk_reduce's order and bits) into cs. Returns
 // whether this block is that last one (block-uniform) and so stores the outputs.
-template <int TM>
-__device__ __forceinline__ bool tc_merge_splits(float* cs, float* __restrict__ partial, int* __restrict__ counters) {
+// NARROW (gemm_tc_narrow): only the slab rows that hold batch rows (mrows of them) are stored, and the last block
+// copies as many slabs' rows as fit in the pipeline's free shared memory past cs with cp.async, all in flight at
+// once (every split of a 1b projection's tile in one round at B <= 16), before adding them there: one L2 round trip
+// a round instead of one per two slabs, the merge being on the launch's critical path (its last tile). Not in
+// gemm_tc: there the same code (executed or not) cost B = 24-64 1-4% (H100, session 41).
+template <int TM, bool NARROW>
+__device__ __forceinline__ bool tc_merge_splits(float* cs, float* __restrict__ partial, int* __restrict__ counters,
+                                                int mrows) {
     constexpr int QUADS = TM * TC_N / 4, PER = QUADS / TC_THREADS;  // float4s per slab, per thread
+    constexpr int ROOM = (TC_SHARED - TM * TC_LDC * 4) / 16;         // NARROW: float4s of staging past cs
     const int tile = blockIdx.y * gridDim.x + blockIdx.x, splits = gridDim.z;
+    const int q = mrows * (TC_N / 4);  // NARROW: float4s of a slab that are stored and summed
     float4* slabs = reinterpret_cast<float4*>(partial) + (size_t)tile * splits * QUADS;
     // thread t owns float4s e = t + TC_THREADS i: row e / 16, columns 4 (e % 16) .. + 3 of cs
     auto at = [cs](int e) { return reinterpret_cast<float4*>(cs + (e / (TC_N / 4)) * TC_LDC + (e % (TC_N / 4)) * 4); };
+    float4* mine = slabs + (size_t)blockIdx.z * QUADS;  // this split's slab
 #pragma unroll
-    for (int i = 0; i < PER; ++i)
-        __stcg(slabs + (size_t)blockIdx.z * QUADS + threadIdx.x + i * TC_THREADS, *at(threadIdx.x + i * TC_THREADS));
+    for (int i = 0; i < PER; ++i)  // NARROW: only the rows that hold batch rows
+        if (!NARROW || threadIdx.x + i * TC_THREADS < q)
+            __stcg(mine + threadIdx.x + i * TC_THREADS, *at(threadIdx.x + i * TC_THREADS));
     if (!last_block_of(counters + tile, splits)) return false;
     float4 v[PER];
 #pragma unroll
     for (int i = 0; i < PER; ++i) v[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 2
-    for (int s = 0; s < splits; ++s) {  // 2 x PER independent L2 loads (__ldcg: other blocks wrote them) in flight
+    if (NARROW) {
+        float4* staged = reinterpret_cast<float4*>(cs + TM * TC_LDC);  // [per_round][q]
+        const int per_round = max(1, ROOM / q);
+        for (int s0 = 0; s0 < splits; s0 += per_round) {
+            const int n = min(per_round, splits - s0);
+            for (int s = 0; s < n; ++s)  // cp.async.cg: from L2, where the other blocks wrote
+                for (int e = threadIdx.x; e < q; e += TC_THREADS)
+                    cp_async16(staged + s * q + e, slabs + (size_t)(s0 + s) * QUADS + e);
+            cp_async_commit();
+            cp_async_wait<0>();
+            __syncthreads();
 #pragma unroll
-        for (int i = 0; i < PER; ++i) {
-            const float4 p = __ldcg(slabs + (size_t)s * QUADS + threadIdx.x + i * TC_THREADS);
-            v[i].x += p.x, v[i].y += p.y, v[i].z += p.z, v[i].w += p.w;
+            for (int i = 0; i < PER; ++i) {
+                const int e = threadIdx.x + i * TC_THREADS;
+                if (e >= q) continue;
+#pragma unroll 4
+                for (int s = 0; s < n; ++s) {
+                    const float4 p = staged[s * q + e];
+                    v[i].x += p.x, v[i].y += p.y, v[i].z += p.z, v[i].w += p.w;
+                }
+            }
+            __syncthreads();  // the staging is refilled next round
+        }
+    } else {
+#pragma unroll 2
+        for (int s = 0; s < splits; ++s) {  // 2 x PER independent L2 loads (__ldcg: other blocks wrote them) in flight
+#pragma unroll
+            for (int i = 0; i < PER; ++i) {
+                const float4 p = __ldcg(slabs + (size_t)s * QUADS + threadIdx.x + i * TC_THREADS);
+                v[i].x += p.x, v[i].y += p.y, v[i].z += p.z, v[i].w += p.w;
+            }
         }
     }
 #pragma unroll
-    for (int i = 0; i < PER; ++i) *at(threadIdx.x + i * TC_THREADS) = v[i];
+    for (int i = 0; i < PER; ++i)  // NARROW: rows past the batch keep this block's own sums, never stored
+        if (!NARROW || threadIdx.x + i * TC_THREADS < q) *at(threadIdx.x + i * TC_THREADS) = v[i];
     __syncthreads();
     return true;
 }
@@ -468,18 +511,11 @@ __device__ __forceinline__ void tc_store(void* y, const float* cs, const float* 
     }
 }
 
-// gemm_tc's pipeline: TC_STAGES K tiles of x and W in flight per block through cp.async (TC_STAGES - 1 ahead of
-// the tile being multiplied), in dynamic shared memory (TC_SHARED bytes at least: plans.py's TC_SHARED). 32-row
-// tiles take TC_STAGES32 stages in the same bytes: their x tile is half the size.
-#define TC_STAGES 3
-#define TC_STAGES32 4
-#define TC_TILE_ELEMS (TC_M * TC_LD)  // one operand tile, padded rows
-#define TC_SHARED (TC_STAGES * 2 * TC_TILE_ELEMS * 2)
-
 // gemm_tc's body for row tiles of TM = 64 or 32 batch rows: the 8 warps split the tile into TM / 16 rows of warps
 // (16 batch rows each) by NW = 8 / (TM / 16) columns (64 / NW weight rows each): warp w owns rows 16 (w / NW) and
-// weight rows (w % NW) 64 / NW of the tile, one m16 by NJ = 8 / NW n8 MMA fragments.
-template <int TM>
+// weight rows (w % NW) 64 / NW of the tile, one m16 by NJ = 8 / NW n8 MMA fragments. NARROW: gemm_tc_narrow's
+// merge (tc_merge_splits) and x tiles issued before X_RMSNORM's row sums.
+template <int TM, bool NARROW>
 __device__ __forceinline__ void gemm_tc_body(void* y, const bf16* __restrict__ x, const bf16* __restrict__ w,
                                              const bf16* __restrict__ norm, const int* __restrict__ positions, int B,
                                              int N, int K, int k_chunk, int mode, float eps, int x_op,
@@ -514,7 +550,11 @@ __device__ __forceinline__ void gemm_tc_body(void* y, const bf16* __restrict__ x
         if (s < tiles) tile_async(stages + s * STAGE + TM * TC_LD, wc, s, k1);
     cp_async_commit();
     pdl_begin();
-    rows_scale(scale_s, x, x_op, m0, TM, K, eps);
+    // NARROW: the first x tiles go out before X_RMSNORM's row sums, which then overlap their L2 round trip: the
+    // copies need only which rows are active (rows_active's 1 or 0, read after a barrier and before rows_scale's
+    // barrier lets lane 0 of a row's warp overwrite it with the scale).
+    if (NARROW) __syncthreads();
+    else rows_scale(scale_s, x, x_op, m0, TM, K, eps);
     float sc[XC];
 #pragma unroll
     for (int i = 0; i < XC; ++i) sc[i] = scale_s[(threadIdx.x + i * TC_THREADS) / 8];
@@ -523,6 +563,11 @@ __device__ __forceinline__ void gemm_tc_body(void* y, const bf16* __restrict__ x
     for (int s = 0; s < STAGES - 1; ++s) {
         if (s < tiles) tile_async(stages + s * STAGE, xc, s, k1);
         cp_async_commit();
+    }
+    if (NARROW) {
+        rows_scale(scale_s, x, x_op, m0, TM, K, eps);
+#pragma unroll
+        for (int i = 0; i < XC; ++i) sc[i] = scale_s[(threadIdx.x + i * TC_THREADS) / 8];
     }
     // X_RMSNORM: this thread's 8 norm weights of the next tile, loaded a tile ahead (the same column in all its chunks)
     const int ncol = k0 + (threadIdx.x % 8) * 8;
@@ -588,7 +633,8 @@ __device__ __forceinline__ void gemm_tc_body(void* y, const bf16* __restrict__ x
         c[8 * TC_LDC + 1] = acc[j][3];
     }
     __syncthreads();
-    if (gridDim.z > 1 && mode != OUT_PARTIAL && !tc_merge_splits<TM>(cs, partial, counters)) return;
+    if (gridDim.z > 1 && mode != OUT_PARTIAL && !tc_merge_splits<TM, NARROW>(cs, partial, counters, min(TM, B - m0)))
+        return;
     tc_store<TM>(y, cs, scale_s, mode, B, N, m0, n0, tr);
 }
 
@@ -606,9 +652,25 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS, 4) gemm_tc(void* y, con
                                                                     float* __restrict__ partial,
                                                                     int* __restrict__ counters) {
     if (B <= 32 && gridDim.x == 1)
-        gemm_tc_body<32>(y, x, w, norm, positions, B, N, K, k_chunk, mode, eps, x_op, partial, counters);
+        gemm_tc_body<32, false>(y, x, w, norm, positions, B, N, K, k_chunk, mode, eps, x_op, partial, counters);
     else
-        gemm_tc_body<64>(y, x, w, norm, positions, B, N, K, k_chunk, mode, eps, x_op, partial, counters);
+        gemm_tc_body<64, false>(y, x, w, norm, positions, B, N, K, k_chunk, mode, eps, x_op, partial, counters);
+}
+
+// gemm_tc_narrow: gemm_tc with 32-row tiles for every B (grid = (ceil(B / 32), ceil(N / 64), splits)), the merge
+// of only the batch rows staged in shared memory, and the x tiles issued before X_RMSNORM's row sums; the plans
+// take it at B <= 16 (plans.py's TC_NARROW_MAX_B). A kernel of its own: the same code inside gemm_tc, run only
+// at B <= 16, cost B = 24-64 0.5-4% (H100, session 41, the branches tc-mr2g and tc-mr2g-ex). Same arguments,
+// partial [tiles * splits * 32 * 64] at least.
+extern "C" __global__ void __launch_bounds__(TC_THREADS, 4) gemm_tc_narrow(void* y, const bf16* __restrict__ x,
+                                                                           const bf16* __restrict__ w,
+                                                                           const bf16* __restrict__ norm,
+                                                                           const int* __restrict__ positions, int B,
+                                                                           int N, int K, int k_chunk, int mode,
+                                                                           float eps, int x_op,
+                                                                           float* __restrict__ partial,
+                                                                           int* __restrict__ counters) {
+    gemm_tc_body<32, true>(y, x, w, norm, positions, B, N, K, k_chunk, mode, eps, x_op, partial, counters);
 }
 
 // gemv_mma: weight-streaming GEMV on tensor cores ("swap AB": W is the 16-row A operand, x^T the 8-column

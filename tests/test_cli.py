@@ -49,10 +49,11 @@ def test_demo_without_gpu_compiles_and_prints_the_plan():
     assert out.count("No NVIDIA GPU") == 1 and "decode step plan, B=8" in out
     assert "kernels per step" in out and "floor" in out
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("L0.", "lm_head"))}
-    # gemm_tc from B = 4 on 1b's weights, with its pipeline's 54 KiB of shared memory: below B = 9 even o's grid of
-    # 256 blocks runs uncapped (capped: 80 KiB)
-    assert rows["L0.qkv"][1] == "gemm_tc" and rows["L0.qkv"][-4:-2] == ["54.0", "KiB"]
-    assert rows["L0.o_proj"][1:5] == ["gemm_tc", "(1,", "32,", "8)"] and rows["L0.o_proj"][-4:-2] == ["54.0", "KiB"]
+    # gemm_tc_narrow from B = 4 on 1b's weights, with its pipeline's 54 KiB of shared memory: below B = 9 even o's
+    # grid of 256 blocks runs uncapped (capped: 80 KiB)
+    assert rows["L0.qkv"][1] == "gemm_tc_narrow" and rows["L0.qkv"][-4:-2] == ["54.0", "KiB"]
+    assert rows["L0.o_proj"][1:5] == ["gemm_tc_narrow", "(1,", "32,", "8)"]
+    assert rows["L0.o_proj"][-4:-2] == ["54.0", "KiB"]
     # what each launch must read and its time at 4.27 TB/s: qkv's [3 x 2048, 2048] bf16 weights; the layer's K and V
     # of 8 rows at the demo's context (prompt 6 + 32 new tokens = 38) and 16 heads of 128: 2 x 16 x 128 x 2 B x 38 x 8
     assert rows["L0.qkv"][-2:] == ["25.17", "5.89"] and rows["lm_head"][-2:] == ["131.07", "30.70"]

@@ -33,6 +33,7 @@ from rawgraphs.model.plans import (
     RMS_INPUT_MIN_B,
     ROWS_MAX,
     SMS,
+    TC_KERNELS,
     TC_SHARED,
     TC_STAGES,
     TC_TWO_PER_SM_SHARED,
@@ -52,7 +53,8 @@ FILES = ["embedding", "rmsnorm", "gemv", "silu_mul", "sample"]
 GEMV_SHAPES = [(6144, 2048), (2048, 2048), (11264, 2048), (2048, 5632), (32000, 2048), (2304, 768),
                (768, 768), (768, 2048), (64, 64), (99, 40)]
 BATCHES = [1, 2, 3, 4, 8, 12, 16, 24, 37, 64, 256]  # 12: gemm_tc for large weights only; 24: its 32-row tiles
-VARIANTS = [("gemv", None), ("gemv", 3), ("gemv_rows", None), ("gemv_mma", 1), ("gemv_mma", 3), ("gemm_tc", None)]
+VARIANTS = [("gemv", None), ("gemv", 3), ("gemv_rows", None), ("gemv_mma", 1), ("gemv_mma", 3), ("gemm_tc", None),
+            ("gemm_tc_narrow", None)]
 
 
 # ---------------------------------------------------------------- CPU: compile, signatures, plans, hash
@@ -83,6 +85,8 @@ def test_signatures():
                     "mode: i32, eps: f32, x_op: i32, partial: ptr, counters: ptr",
         "gemm_tc": "y: ptr, x: ptr, w: ptr, norm: ptr, positions: ptr, B: i32, N: i32, K: i32, k_chunk: i32, "
                    "mode: i32, eps: f32, x_op: i32, partial: ptr, counters: ptr",
+        "gemm_tc_narrow": "y: ptr, x: ptr, w: ptr, norm: ptr, positions: ptr, B: i32, N: i32, K: i32, "
+                          "k_chunk: i32, mode: i32, eps: f32, x_op: i32, partial: ptr, counters: ptr",
         "splitk_reduce": "y: ptr, partial: ptr, positions: ptr, B: i32, N: i32, splits: i32, mode: i32",
         "rms_input": "h: ptr, x: ptr, norm: ptr, positions: ptr, B: i32, K: i32, eps: f32",
         "silu_mul": "out: ptr, gu: ptr, F: i32",
@@ -100,6 +104,11 @@ def runs_gemm_tc(B: int, N: int, K: int) -> bool:
     return B > 16 or B >= 4 and N * K >= 2048 * 2048
 
 
+def tc_kernel(B: int) -> str:
+    """Which of the two runs gemm_tc's projections: gemm_tc_narrow (32-row tiles, staged merge) up to 16 rows."""
+    return "gemm_tc_narrow" if B <= 16 else "gemm_tc"
+
+
 def gemv_used_shared(k_chunk: int) -> int:
     """Shared bytes a gemv block uses: 8 warps' cp.async rings and unit partials (64 bytes a warp), and the bf16 x
     row of its K split."""
@@ -114,7 +123,7 @@ def test_gemv_plan(B, N, K):
     rows = (B == 2 or B == 3 and K >= 2048) and unit.parts == 1 and unit.splits == 1 and rows_fit(B, K)
     assert rows_fit(B, K) == (8 * GEMV_RING + 2 * B * K <= 58 * 1024)
     tc = runs_gemm_tc(B, N, K)
-    assert plan.kernel == ("gemv" if B == 1 else "gemv_rows" if rows else "gemm_tc" if tc else "gemv_mma")
+    assert plan.kernel == ("gemv" if B == 1 else "gemv_rows" if rows else tc_kernel(B) if tc else "gemv_mma")
     if rows:  # B = 1's unit stream, every row at once: the same grid and shared memory
         assert plan == replace(unit, kernel="gemv_rows") and rows_fit(B, K)
         assert plan.launches("y", "x", "w", None, B, N, K)[0].args["parts"] == 1
@@ -138,9 +147,9 @@ def test_gemv_plan(B, N, K):
             assert plan.shared == (TWO_PER_SM_SHARED if capped else 0)
         else:
             assert plan.shared == (TC_TWO_PER_SM_SHARED if capped else TC_SHARED)
-            assert plan.grid[0] * 64 >= B
+            assert plan.grid[0] == math.ceil(B / (32 if plan.kernel == "gemm_tc_narrow" else 64))
         blocks = math.prod(plan.grid) // plan.splits
-        limit = {"gemv_mma": MMA_SPLIT_TARGET, "gemm_tc": tc_target_blocks(B)}[plan.kernel]
+        limit = MMA_SPLIT_TARGET if plan.kernel == "gemv_mma" else tc_target_blocks(B)
         assert plan.splits == 1 or blocks < limit
         if plan.kernel == "gemv_mma" and B <= MMA_UNSPLIT_MAX_B:  # small grids unsplit: no reduce launch
             assert plan.splits == 1 or blocks >= MMA_MERGE_MIN
@@ -149,11 +158,11 @@ def test_gemv_plan(B, N, K):
     if plan.splits == 1:
         assert plan.mode == OUT_MODES["residual"] and plan.workspace_bytes == 0 and len(launches) == 1
         assert launches[0].args["y"] == "y" and plan.counters == 0
-        if plan.kernel in ("gemm_tc", "gemv_mma"):
+        if plan.kernel in (*TC_KERNELS, "gemv_mma"):
             assert (launches[0].args["partial"], launches[0].args["counters"]) == (0, 0)
     elif plan.reduce_grid is None:  # gemm_tc, or gemv_mma on MMA_MERGE_MIN row blocks: the last split merges
-        tiles = plan.grid[0] * (plan.grid[1] if plan.kernel == "gemm_tc" else 1)
-        slabs = plan.splits * tiles * 64 * 64 if plan.kernel == "gemm_tc" else plan.splits * B * N  # fp32
+        tiles = plan.grid[0] * (plan.grid[1] if tc else 1)
+        slabs = plan.splits * tiles * 64 * 64 if tc else plan.splits * B * N  # fp32
         assert plan.mode == OUT_MODES["residual"] and plan.reduce_grid is None and plan.counters == tiles
         assert plan.workspace_bytes == 4 * slabs and len(launches) == 1
         assert (launches[0].args["y"], launches[0].args["partial"], launches[0].args["counters"]) == ("y", "ws", "c")
@@ -193,10 +202,10 @@ def test_gemm_tc_input_is_normalised_once_by_rms_input_when_given_a_buffer():
     small = gemv_plan(4, 2304, 768, "bf16", x_op="rmsnorm").launches("y", "x", "w", "ws", 4, 2304, 768, "g",
                                                                      normed="h")
     assert small[0].kernel == "gemv_mma" and small[0].args["x"] == "x"
-    for B in (RMS_INPUT_MIN_B - 1, RMS_INPUT_MIN_B):  # below it gemm_tc normalises its rows in every block
+    for B in (RMS_INPUT_MIN_B - 1, RMS_INPUT_MIN_B):  # below it gemm_tc(_narrow) normalises its rows in every block
         lns = gemv_plan(B, 6144, 2048, "bf16", x_op="rmsnorm").launches("y", "x", "w", "ws", B, 6144, 2048, "g",
                                                                         normed="h", counters="c")
-        assert [ln.kernel for ln in lns] == ["rms_input"] * (B >= RMS_INPUT_MIN_B) + ["gemm_tc"]
+        assert [ln.kernel for ln in lns] == ["rms_input"] * (B >= RMS_INPUT_MIN_B) + [tc_kernel(B)]
         assert (lns[-1].args["x"], lns[-1].args["x_op"]) == (("h", 0) if B >= RMS_INPUT_MIN_B else ("x", 1))
 
 
@@ -285,7 +294,7 @@ def test_two_per_sm_plan(B, N, K, out, capped):
     two_per_sm says: grids of at most 2 x 132 blocks at B >= 8 (gemv_mma) or B >= 9 (gemm_tc)."""
     plan = gemv_plan(B, N, K, out)
     tc = runs_gemm_tc(B, N, K)
-    assert plan.kernel == ("gemm_tc" if tc else "gemv_mma")
+    assert plan.kernel == (tc_kernel(B) if tc else "gemv_mma")
     if not tc:
         assert plan.shared == (TWO_PER_SM_SHARED if capped else 0)
     else:
@@ -353,10 +362,10 @@ def test_occupancy_caps_hold_for_the_compiled_kernels():
 
 
 @pytest.mark.parametrize("kernel,rows,threads",
-                         [("gemv", 8, 256), ("gemv_mma", 16, 256), ("gemm_tc", 64, 256)])
+                         [("gemv", 8, 256), ("gemv_mma", 16, 256), ("gemm_tc", 64, 256), ("gemm_tc_narrow", 64, 256)])
 def test_gemv_plan_override(kernel, rows, threads):
     plan = gemv_plan(5, 2048, 5632, "f32", kernel=kernel, splits=3)
-    grid = (1, 2048 // rows, 3) if kernel == "gemm_tc" else (2048 // rows, 3, 1)  # gemv: 1 warp a row
+    grid = (1, 2048 // rows, 3) if kernel in TC_KERNELS else (2048 // rows, 3, 1)  # gemv: 1 warp a row
     assert (plan.kernel, plan.grid, plan.block) == (kernel, grid, (threads, 1, 1))
     mode = PARTIAL if kernel == "gemv" else OUT_MODES["f32"]  # gemv_mma and gemm_tc merge their splits themselves
     assert plan.k_chunk == 1920 and plan.mode == mode and plan.out_mode == OUT_MODES["f32"]
@@ -736,8 +745,10 @@ def test_plans_blocks_per_sm(mods):
 
     assert blocks(gemv_plan(1, 2048, 2048)) == 3 and blocks(gemv_plan(1, 2048, 5632, "residual")) == 3
     assert blocks(gemv_plan(4, 4096, 768, "silu")) == 3  # gemv_mma, 256 blocks: uncapped below B = 8
-    uncapped = gemv_plan(8, 2048, 2048)  # gemm_tc below TC_CAP_MIN_B
-    assert uncapped.kernel == "gemm_tc" and math.prod(uncapped.grid) <= 2 * SMS and blocks(uncapped) == 4
+    uncapped = gemv_plan(8, 2048, 2048)  # gemm_tc_narrow below TC_CAP_MIN_B
+    assert uncapped.kernel == "gemm_tc_narrow" and math.prod(uncapped.grid) <= 2 * SMS and blocks(uncapped) == 4
+    capped = gemv_plan(12, 2048, 2048)
+    assert capped.kernel == "gemm_tc_narrow" and capped.shared == TC_TWO_PER_SM_SHARED and blocks(capped) == 2
     rows = gemv_plan(3, 6144, 2048)
     assert rows.kernel == "gemv_rows" and blocks(rows) == 3 and blocks(gemv_plan(2, 2048, 5632, "residual")) == 3
     capped = gemv_plan(8, 2304, 768)
@@ -814,13 +825,15 @@ def test_rms_input_gives_gemm_tc_the_rows_it_normalises_itself(mods, stream, rng
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel,batches", [("gemm_tc", (24, 37, 130)), ("gemv_mma", (5, 16))])
+@pytest.mark.parametrize("kernel,batches", [("gemm_tc", (24, 37, 130)), ("gemm_tc_narrow", (4, 12, 37, 130)),
+                                            ("gemv_mma", (5, 16))])
 @pytest.mark.parametrize("N,K,out,x_op", [(6144, 2048, "residual", "rmsnorm"), (4096, 768, "silu", "rmsnorm"),
                                           (2048, 5632, "f32", "plain"), (98, 200, "bf16", "plain")])
 def test_split_k_merges_in_the_kernel_as_splitk_reduce_would(mods, stream, rng, N, K, out, x_op, kernel, batches):
     """A split gemm_tc's (gemv_mma's) last block per tile (row block) sums the splits in splitk_reduce's order, so
     its bytes equal the two-launch path (mode PARTIAL, then splitk_reduce): gemm_tc at B = 24 (a 32-row tile), 37
-    (one 64-row tile) and 130 (three; a ragged last tile), gemv_mma at B = 5 and 16, with a third of the rows inactive
+    (one 64-row tile) and 130 (three; a ragged last tile), gemm_tc_narrow (32-row tiles whose merge stages only the
+    batch rows) at B = 4, 12, 37 and 130, gemv_mma at B = 5 and 16, with a third of the rows inactive
     (x NaN: never read; "residual" leaves them as they were). The counters come back zero, so launching again gives
     the same bytes."""
     eps = 1e-5
@@ -837,7 +850,7 @@ def test_split_k_merges_in_the_kernel_as_splitk_reduce_would(mods, stream, rng, 
         y0 = bf16(rng.standard_normal((B, n_out)))  # [B, n_out] the residual stream ("residual")
         xd, pd = upload(x), upload(positions)
         plan = gemv_plan(B, N, K, out, kernel, splits=min(4, K // 8), x_op=x_op)
-        tiles = plan.grid[0] * (plan.grid[1] if kernel == "gemm_tc" else 1)
+        tiles = plan.grid[0] * (plan.grid[1] if kernel in TC_KERNELS else 1)
         if plan.reduce_grid is not None:  # gemv_mma's plans keep the reduce launch for small grids: merge anyway
             assert kernel == "gemv_mma" and tiles < MMA_MERGE_MIN and plan.mode == PARTIAL
             plan = replace(plan, mode=plan.out_mode, reduce_grid=None, counters=tiles)

@@ -21,7 +21,9 @@
 - ``B > 16``, and ``B >= 4`` for those large weights (``tc_fits``): ``gemm_tc``, 64 x 64 output tiles on tensor
   cores (mma.sync bf16, fp32 accumulate; the kernel takes 32-row tiles itself at B <= 32, on the same grid), K tiles
   of x and W streamed through a ``TC_STAGES``-deep cp.async pipeline in ``TC_SHARED`` bytes of shared memory (4
-  blocks of 8 warps per SM), or 2 blocks per SM where ``two_per_sm`` says.
+  blocks of 8 warps per SM), or 2 blocks per SM where ``two_per_sm`` says. At ``B <= TC_NARROW_MAX_B`` the plans
+  take ``gemm_tc_narrow`` instead: 32-row tiles, a split merge that stages only the batch rows, and the x tiles
+  issued before the fused RMSNorm's row sums.
 
 These choices follow measurements on the H200 (benchmarks/gemv_bandwidth.py --alternatives, benchmarks/NOTES.md):
 at B = 1 the one-wave ``gemv`` took the 1b decode step from 0.97 to 0.83 ms (graph, context 512) where the
@@ -60,9 +62,9 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 __all__ = ["MMA_CAP_MIN_B", "MMA_MERGE_MIN", "MMA_SPLIT_TARGET", "MMA_UNSPLIT_MAX_B", "OUT_MODES", "PARTIAL",
-           "RMS_INPUT_MIN_B", "TC_CAP_MIN_B", "TC_SHARED", "TC_TWO_PER_SM_SHARED", "TWO_PER_SM_SHARED", "X_OPS", "SMS",
-           "GemvPlan", "Launch", "gemv_plan", "max_counters", "max_workspace_bytes", "rows_fit", "tc_fits",
-           "tc_target_blocks", "two_per_sm"]
+           "RMS_INPUT_MIN_B", "TC_CAP_MIN_B", "TC_KERNELS", "TC_NARROW_MAX_B", "TC_SHARED", "TC_TWO_PER_SM_SHARED",
+           "TWO_PER_SM_SHARED", "X_OPS", "SMS", "GemvPlan", "Launch", "gemv_plan", "max_counters",
+           "max_workspace_bytes", "rows_fit", "tc_fits", "tc_target_blocks", "two_per_sm"]
 
 OUT_MODES = {"bf16": 0, "residual": 1, "f32": 2, "silu": 4}  # the `mode` argument of kernels/gemv.cu
 PARTIAL = 3  # mode: write fp32 partials of one K split
@@ -116,6 +118,15 @@ TC_STAGES = 3
 TC_SHARED = TC_STAGES * 2 * TC_TILE * (TC_TILE + 8) * 2
 TC_TWO_PER_SM_SHARED = 80 * 1024
 MMA_CAP_MIN_B, TC_CAP_MIN_B = 8, 9  # gemv_mma / gemm_tc take the 2-per-SM cap from these batches (two_per_sm)
+# gemm_tc_narrow (gemv.cu): gemm_tc with 32-row tiles, a split merge that stages only the batch rows in shared
+# memory, and its x tiles issued before X_RMSNORM's row sums; the plans take it for gemm_tc's projections of at
+# most TC_NARROW_MAX_B rows. H100, graph step at context 512, A/B, three rounds (session 41), the same code inside
+# gemm_tc (branch tc-mr2g-ex): 1b B = 4 / 8 / 12 / 16 1151 / 1290 / 1412 / 1523 -> 1087 / 1229 / 1362 / 1500 us
+# (-5.6 / -4.7 / -3.5 / -1.5%), small within +0.3%; but B = 24 / 32 / 64 +1.6 / +0.5 / +1.5% (1b), so a kernel of
+# its own, and gemm_tc's code is what it was (nvdisasm: identical SASS).
+TC_NARROW_MAX_B = 16
+TC_KERNELS = ("gemm_tc", "gemm_tc_narrow")
+TC_NARROW_ROWS = 32  # gemm_tc_narrow's row tile
 REDUCE_THREADS = 256
 GEMV_WARPS_PER_SM = 24  # gemv: warps per SM in its one wave (3 blocks x 8 warps; see GEMV_THREE_PER_SM_SHARED)
 # gemv: dynamic shared bytes at least, so an SM holds 3 of its blocks, not the 4 its registers allow (4 x 59 KiB
@@ -193,9 +204,9 @@ class GemvPlan:
         pre = []
         if self.kernel in ("gemv", "gemv_rows"):
             main["parts"] = self.parts
-        elif self.kernel in ("gemm_tc", "gemv_mma"):
+        elif self.kernel in TC_KERNELS or self.kernel == "gemv_mma":
             main.update(partial=workspace if self.counters else 0, counters=counters if self.counters else 0)
-        if (self.kernel == "gemm_tc" and normed is not None and self.x_op == X_OPS["rmsnorm"]
+        if (self.kernel in TC_KERNELS and normed is not None and self.x_op == X_OPS["rmsnorm"]
                 and B >= RMS_INPUT_MIN_B):
             pre = [Launch("rms_input", (math.ceil(B / 4), 1, 1), (128, 1, 1), 0,
                           dict(h=normed, x=x, norm=norm, positions=positions, B=B, K=K, eps=eps))]
@@ -251,7 +262,7 @@ def two_per_sm(B: int, blocks: int, kernel: str = "gemv_mma") -> bool:
     can stack them on the SMs that free first (under PDL the previous kernel still holds the others), and those
     SMs finish last; capped, the blocks spread.
     """
-    return B >= (TC_CAP_MIN_B if kernel == "gemm_tc" else MMA_CAP_MIN_B) and blocks <= 2 * SMS
+    return B >= (TC_CAP_MIN_B if kernel in TC_KERNELS else MMA_CAP_MIN_B) and blocks <= 2 * SMS
 
 
 def tc_fits(B: int, N: int, K: int) -> bool:
@@ -287,7 +298,9 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         unit = gemv_plan(1, N, K, out, x_op=x_op)
         if unit.parts == 1 and unit.splits == 1:  # the unit stream, each weight chunk read once for the B rows
             return replace(unit, kernel="gemv_rows")
-    kernel = kernel or ("gemv" if B == 1 else "gemm_tc" if tc_fits(B, N, K) else "gemv_mma")
+    if kernel is None:
+        kernel = ("gemv" if B == 1 else "gemv_mma" if not tc_fits(B, N, K)
+                  else "gemm_tc_narrow" if B <= TC_NARROW_MAX_B else "gemm_tc")
     shared, parts = 0, 1
     if kernel in ("gemv", "gemv_rows"):  # gemv_rows: gemv's plan at B; its kernel picks the unit stream or not
         # One wave of at most 3 blocks per SM: each group of `parts` warps owns ceil(N / groups) whole rows, so every
@@ -337,20 +350,21 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         grid = (tiles, splits, 1)
         if two_per_sm(B, tiles * splits):
             shared = TWO_PER_SM_SHARED
-    elif kernel == "gemm_tc":
-        block, tm, tn = (TC_THREADS, 1, 1), math.ceil(B / TC_TILE), math.ceil(N / TC_TILE)
+    elif kernel in TC_KERNELS:
+        rows = TC_NARROW_ROWS if kernel == "gemm_tc_narrow" else TC_TILE
+        block, tm, tn = (TC_THREADS, 1, 1), math.ceil(B / rows), math.ceil(N / TC_TILE)
         splits, k_chunk = _splits(tm * tn, K, tc_target_blocks(B), 256, splits)
         grid = (tm, tn, splits)
         shared = TC_TWO_PER_SM_SHARED if two_per_sm(B, tm * tn * splits, kernel) else TC_SHARED
     else:
-        raise ValueError(f"unknown gemv kernel {kernel!r}; one of gemv, gemv_rows, gemv_mma, gemm_tc")
+        raise ValueError(f"unknown gemv kernel {kernel!r}; one of gemv, gemv_rows, gemv_mma, gemm_tc, gemm_tc_narrow")
     mode = OUT_MODES[out]
     if splits == 1:
         return GemvPlan(kernel, grid, block, shared, 1, k_chunk, mode, mode, X_OPS[x_op], 0, None, parts)
-    if kernel == "gemm_tc" or kernel == "gemv_mma" and grid[0] >= MMA_MERGE_MIN:
+    if kernel in TC_KERNELS or kernel == "gemv_mma" and grid[0] >= MMA_MERGE_MIN:
         # each tile's last block to finish adds the splits and stores y (tc_merge_splits / mma_merge_splits)
-        tiles = grid[0] * (grid[1] if kernel == "gemm_tc" else 1)
-        per_split = tiles * TC_TILE * TC_TILE if kernel == "gemm_tc" else B * N  # fp32 partials of one split
+        tiles = grid[0] * (grid[1] if kernel in TC_KERNELS else 1)
+        per_split = tiles * TC_TILE * TC_TILE if kernel in TC_KERNELS else B * N  # fp32 partials of one split
         return GemvPlan(kernel, grid, block, shared, splits, k_chunk, mode, mode, X_OPS[x_op], 4 * splits * per_split,
                         None, parts, tiles)
     reduce_grid = (math.ceil(B * (N // 2 if out == "silu" else N) / REDUCE_THREADS), 1, 1)
