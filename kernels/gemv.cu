@@ -35,7 +35,7 @@
 //   partial fp32 [splits, B, N] (OUT_PARTIAL's layout) and the last of a row block's splits to finish adds them in
 //   split order and stores y (splitk_reduce's bits, without its launch); extra arguments partial and counters int32
 //   [ceil(N / 16)] (zeros before the first launch, zeros again after each), may be null when splits == 1.
-// gemm_tc (B > 16, and B >= 4 for N * K >= 2048^2): tiled skinny GEMM on tensor cores (mma.sync m16n8k16 bf16, fp32
+// gemm_tc (B > 16; gemm_tc_narrow below): tiled skinny GEMM on tensor cores (mma.sync m16n8k16 bf16, fp32
 //   accumulate). A block owns a 64 (batch; 32 when B <= 32) x 64 (weight rows) tile and one K range; 64-wide K
 //   tiles of x and W stream through a TC_STAGES-deep (TC_STAGES32 at 32-row tiles) cp.async pipeline in shared
 //   memory (the first W tiles issued before the PDL wait; X_RMSNORM applied in place to each landed x tile).
@@ -45,6 +45,9 @@
 //   itself, as gemv_mma does (tc_merge_splits); extra arguments partial fp32 [tiles * splits * 64 * 64] and counters
 //   int32 [tiles] (tiles = ceil(B / 64) * ceil(N / 64); zeros before the first launch, zeros again after each),
 //   may be null when splits == 1.
+// gemm_tc_narrow (4 <= B <= 16 for N * K >= 2048^2): gemm_tc with 32-row tiles for every B (grid = (ceil(B / 32),
+//   ceil(N / 64), splits)), a split merge that stages only the batch rows in shared memory, and the first x tiles
+//   issued before X_RMSNORM's row sums (see "gemm_tc_narrow:" below). gemm_tc's arguments.
 // splitk_reduce: y = epilogue(sum_{s < splits} partial[s]) in fixed order (bit-identical run to run).
 //   grid = (ceil(B * N / 256),) (OUT_SILU: ceil(B * N / 2 / 256)), block = (256,), shared = 0
 // rms_input: X_RMSNORM's input rows, once, for gemm_tc to multiply as stored (see "rms_input:" below).
@@ -526,7 +529,10 @@ __device__ __forceinline__ void gemm_tc_body(void* y, const bf16* __restrict__ x
     // STAGES of [x tile [TM][TC_LD] | W tile [64][TC_LD]]: with TM = 32 a stage is 3/4 of a 64-row one, so 4 fit
     // in TC_SHARED (exactly) and 3 K tiles are in flight ahead of the one being multiplied instead of 2, at the same
     // 4 blocks per SM. A W tile's latency, not the SM's issue rate, paces these blocks (session 21's ncu: 18 cycles
-    // per issued instruction a warp; 1b's LM head at B = 4-8 streams at ~0.75 of copy bandwidth on gemm_tc).
+    // per issued instruction a warp; 1b's LM head at B = 4-8 streams at ~0.75 of copy bandwidth on gemm_tc). H100,
+    // graph step at context 512, A/B, three rounds (session 41): 3 -> 4 stages took small B = 24 / 32 573 / 628 ->
+    // 563 / 614 us (-1.9 / -2.4%) and 1b B = 4 / 24 / 32 1171 / 1772 / 1965 -> 1153 / 1734 / 1935 (-1.6 / -2.2 /
+    // -1.5%); B = 8-16 and 64 within +-0.4%, but small B = 64 +0.8% (its 64-row tiles run the code they did).
     constexpr int STAGES = TM == 32 ? TC_STAGES32 : TC_STAGES, STAGE = (TM + TC_M) * TC_LD;
     static_assert(STAGES * STAGE * 2 <= TC_SHARED, "gemm_tc's stages exceed TC_SHARED");
     bf16* stages = reinterpret_cast<bf16*>(tc_raw);
@@ -659,9 +665,12 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS, 4) gemm_tc(void* y, con
 
 // gemm_tc_narrow: gemm_tc with 32-row tiles for every B (grid = (ceil(B / 32), ceil(N / 64), splits)), the merge
 // of only the batch rows staged in shared memory, and the x tiles issued before X_RMSNORM's row sums; the plans
-// take it at B <= 16 (plans.py's TC_NARROW_MAX_B). A kernel of its own: the same code inside gemm_tc, run only
-// at B <= 16, cost B = 24-64 0.5-4% (H100, session 41, the branches tc-mr2g and tc-mr2g-ex). Same arguments,
-// partial [tiles * splits * 32 * 64] at least.
+// take it at B <= 16 (plans.py's TC_NARROW_MAX_B). Same arguments, partial [tiles * splits * 32 * 64] at least.
+// H100, graph step at context 512, A/B, three rounds (session 41): 1b B = 4 / 8 / 12 / 16 1169 / 1315 / 1442 / 1556
+// -> 1118 / 1261 / 1410 / 1536 us (-4.4 / -4.0 / -2.2 / -1.2%); small (only its LM head) within +-0.3%. Up to B =
+// 32 it lost: small B = 17-32 +1.4 to +5.2%, 1b B = 24 / 32 +1.1 / +3.5%. A kernel of its own because the same code
+// inside gemm_tc, though run only at B <= 16, cost B = 24-64 0.5-4% (branches tc-mr2g, tc-mr2g-ex); gemm_tc's SASS
+// is what it was before (sass_count.py --same-as).
 extern "C" __global__ void __launch_bounds__(TC_THREADS, 4) gemm_tc_narrow(void* y, const bf16* __restrict__ x,
                                                                            const bf16* __restrict__ w,
                                                                            const bf16* __restrict__ norm,

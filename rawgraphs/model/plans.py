@@ -120,10 +120,9 @@ TC_TWO_PER_SM_SHARED = 80 * 1024
 MMA_CAP_MIN_B, TC_CAP_MIN_B = 8, 9  # gemv_mma / gemm_tc take the 2-per-SM cap from these batches (two_per_sm)
 # gemm_tc_narrow (gemv.cu): gemm_tc with 32-row tiles, a split merge that stages only the batch rows in shared
 # memory, and its x tiles issued before X_RMSNORM's row sums; the plans take it for gemm_tc's projections of at
-# most TC_NARROW_MAX_B rows. H100, graph step at context 512, A/B, three rounds (session 41), the same code inside
-# gemm_tc (branch tc-mr2g-ex): 1b B = 4 / 8 / 12 / 16 1151 / 1290 / 1412 / 1523 -> 1087 / 1229 / 1362 / 1500 us
-# (-5.6 / -4.7 / -3.5 / -1.5%), small within +0.3%; but B = 24 / 32 / 64 +1.6 / +0.5 / +1.5% (1b), so a kernel of
-# its own, and gemm_tc's code is what it was (nvdisasm: identical SASS).
+# most TC_NARROW_MAX_B rows. H100, graph step at context 512, A/B, three rounds (session 41): 1b B = 4 / 8 / 12 / 16
+# -4.4 / -4.0 / -2.2 / -1.2%, small within +-0.3%. Up to B = 32 it lost (small B = 17-32 +1.4 to +5.2%, 1b B = 24 /
+# 32 +1.1 / +3.5%); the figures and the branches tried are in gemv.cu's comment on the kernel.
 TC_NARROW_MAX_B = 16
 TC_KERNELS = ("gemm_tc", "gemm_tc_narrow")
 TC_NARROW_ROWS = 32  # gemm_tc_narrow's row tile
