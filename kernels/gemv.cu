@@ -698,24 +698,15 @@ __device__ __forceinline__ void gemv_mma_pass(void* y, const bf16* __restrict__ 
     __shared__ float scale_s[8 * NT];         // rows_scale of the pass's rows
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t8 = (lane & 3) * 8;
     rows_active(scale_s, positions, b0, nb, 8 * NT);
-    if (b0 == 0) pdl_begin();  // the weights' L2 prefetch and the first pass's row flags precede the wait
-    rows_scale(scale_s, x, x_op, b0, 8 * NT, K, eps);
-    float sc[NT];  // the scale of this lane's batch rows g + 8i, in registers for the stream loop
-#pragma unroll
-    for (int i = 0; i < NT; ++i) sc[i] = scale_s[g + 8 * i];
     const TileRows tr = tile_rows(mode, N, 16);  // OUT_SILU: 8 gate/up row pairs
     const int half = tr.half, rows = tr.rows, outs = tr.outs;
     const int n0 = blockIdx.x * outs;
     const int nlo = min(n0 + g, rows - 1);  // rows past the end: loaded, never stored
     const bf16* wlo = w + (size_t)nlo * K;
     const bf16* whi = w + (size_t)(half ? nlo + half : min(n0 + g + 8, N - 1)) * K;
-    float d[NT][4];
-#pragma unroll
-    for (int i = 0; i < NT; ++i) d[i][0] = d[i][1] = d[i][2] = d[i][3] = 0.0f;
-
     constexpr int ROUND = 32 * 8;  // K covered by the 8 warps' slabs side by side
-    for (int kb = k0 + warp * 32; kb < k1; kb += ROUND * GEMV_MMA_UNROLL) {
-        uint4 lo[GEMV_MMA_UNROLL], hi[GEMV_MMA_UNROLL];
+    uint4 lo[GEMV_MMA_UNROLL], hi[GEMV_MMA_UNROLL];
+    auto load_w = [&](int kb) {
 #pragma unroll
         for (int u = 0; u < GEMV_MMA_UNROLL; ++u) {
             const int k = kb + u * ROUND + t8;
@@ -723,6 +714,26 @@ __device__ __forceinline__ void gemv_mma_pass(void* y, const bf16* __restrict__ 
             lo[u] = ok ? ldg_stream(wlo + k) : make_uint4(0, 0, 0, 0);
             hi[u] = ok ? ldg_stream(whi + k) : make_uint4(0, 0, 0, 0);
         }
+    };
+    // The first slabs are loaded before the wait and X_RMSNORM's row sums, whose round trips then overlap theirs,
+    // instead of after them (the L2 prefetch had brought them no nearer than L2). 32 bytes of spill against 8 (80
+    // registers). H100, graph step at context 512, A/B, two rounds (session 41): small B = 3 / 4 / 16 304.6 / 306.7
+    // / 457.2 -> 285.9 / 285.6 / 438.8 us (-6.2 / -6.9 / -4.0%), B = 8 -0.2% (its grids capped at 2 blocks per SM),
+    // B = 24 / 64 within 0.1%; 1b B = 3 +1.7% (1088.4 -> 1106.5: its down, split 3 ways over K = 5632, is 1b's one
+    // gemv_mma launch there), 1b B = 4-64 within 0.1% (no gemv_mma).
+    const int kb0 = k0 + warp * 32;
+    load_w(kb0);
+    if (b0 == 0) pdl_begin();  // the weights' L2 prefetch and the first pass's row flags precede the wait
+    rows_scale(scale_s, x, x_op, b0, 8 * NT, K, eps);
+    float sc[NT];  // the scale of this lane's batch rows g + 8i, in registers for the stream loop
+#pragma unroll
+    for (int i = 0; i < NT; ++i) sc[i] = scale_s[g + 8 * i];
+    float d[NT][4];
+#pragma unroll
+    for (int i = 0; i < NT; ++i) d[i][0] = d[i][1] = d[i][2] = d[i][3] = 0.0f;
+
+    for (int kb = kb0; kb < k1; kb += ROUND * GEMV_MMA_UNROLL) {
+        if (kb != kb0) load_w(kb);
 #pragma unroll
         for (int u = 0; u < GEMV_MMA_UNROLL; ++u) {
             if (kb + u * ROUND >= k1) break;  // warp-uniform
