@@ -162,7 +162,8 @@ def test_gemv_plan(B, N, K):
             assert (launches[0].args["partial"], launches[0].args["counters"]) == (0, 0)
     elif plan.reduce_grid is None:  # gemm_tc, or gemv_mma on MMA_MERGE_MIN row blocks: the last split merges
         tiles = plan.grid[0] * (plan.grid[1] if tc else 1)
-        slabs = plan.splits * tiles * 64 * 64 if tc else plan.splits * B * N  # fp32
+        rows = 32 if plan.kernel == "gemm_tc_narrow" else 64  # a tile's slab: rows x 64 fp32
+        slabs = plan.splits * tiles * rows * 64 if tc else plan.splits * B * N  # fp32
         assert plan.mode == OUT_MODES["residual"] and plan.reduce_grid is None and plan.counters == tiles
         assert plan.workspace_bytes == 4 * slabs and len(launches) == 1
         assert (launches[0].args["y"], launches[0].args["partial"], launches[0].args["counters"]) == ("y", "ws", "c")

@@ -363,7 +363,10 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
     if kernel in TC_KERNELS or kernel == "gemv_mma" and grid[0] >= MMA_MERGE_MIN:
         # each tile's last block to finish adds the splits and stores y (tc_merge_splits / mma_merge_splits)
         tiles = grid[0] * (grid[1] if kernel in TC_KERNELS else 1)
-        per_split = tiles * TC_TILE * TC_TILE if kernel in TC_KERNELS else B * N  # fp32 partials of one split
+        if kernel in TC_KERNELS:  # fp32 partials of one split: a tile's rows x 64 each
+            per_split = tiles * (TC_NARROW_ROWS if kernel == "gemm_tc_narrow" else TC_TILE) * TC_TILE
+        else:
+            per_split = B * N
         return GemvPlan(kernel, grid, block, shared, splits, k_chunk, mode, mode, X_OPS[x_op], 4 * splits * per_split,
                         None, parts, tiles)
     reduce_grid = (math.ceil(B * (N // 2 if out == "silu" else N) / REDUCE_THREADS), 1, 1)
