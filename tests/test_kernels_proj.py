@@ -124,6 +124,7 @@ def test_gemv_plan(B, N, K):
     assert rows_fit(B, K) == (8 * GEMV_RING + 2 * B * K <= 58 * 1024)
     tc = runs_gemm_tc(B, N, K)
     assert plan.kernel == ("gemv" if B == 1 else "gemv_rows" if rows else tc_kernel(B) if tc else "gemv_mma")
+    tile_rows = 32 if plan.kernel == "gemm_tc_narrow" else 64  # a tensor-core tile's batch rows
     if rows:  # B = 1's unit stream, every row at once: the same grid and shared memory
         assert plan == replace(unit, kernel="gemv_rows") and rows_fit(B, K)
         assert plan.launches("y", "x", "w", None, B, N, K)[0].args["parts"] == 1
@@ -147,7 +148,7 @@ def test_gemv_plan(B, N, K):
             assert plan.shared == (TWO_PER_SM_SHARED if capped else 0)
         else:
             assert plan.shared == (TC_TWO_PER_SM_SHARED if capped else TC_SHARED)
-            assert plan.grid[0] == math.ceil(B / (32 if plan.kernel == "gemm_tc_narrow" else 64))
+            assert plan.grid[0] == math.ceil(B / tile_rows)
         blocks = math.prod(plan.grid) // plan.splits
         limit = MMA_SPLIT_TARGET if plan.kernel == "gemv_mma" else tc_target_blocks(B)
         assert plan.splits == 1 or blocks < limit
@@ -162,8 +163,7 @@ def test_gemv_plan(B, N, K):
             assert (launches[0].args["partial"], launches[0].args["counters"]) == (0, 0)
     elif plan.reduce_grid is None:  # gemm_tc, or gemv_mma on MMA_MERGE_MIN row blocks: the last split merges
         tiles = plan.grid[0] * (plan.grid[1] if tc else 1)
-        rows = 32 if plan.kernel == "gemm_tc_narrow" else 64  # a tile's slab: rows x 64 fp32
-        slabs = plan.splits * tiles * rows * 64 if tc else plan.splits * B * N  # fp32
+        slabs = plan.splits * tiles * tile_rows * 64 if tc else plan.splits * B * N  # fp32: a tile's rows x 64
         assert plan.mode == OUT_MODES["residual"] and plan.reduce_grid is None and plan.counters == tiles
         assert plan.workspace_bytes == 4 * slabs and len(launches) == 1
         assert (launches[0].args["y"], launches[0].args["partial"], launches[0].args["counters"]) == ("y", "ws", "c")

@@ -124,8 +124,8 @@ MMA_CAP_MIN_B, TC_CAP_MIN_B = 8, 9  # gemv_mma / gemm_tc take the 2-per-SM cap f
 # -4.4 / -4.0 / -2.2 / -1.2%, small within +-0.3%. Up to B = 32 it lost (small B = 17-32 +1.4 to +5.2%, 1b B = 24 /
 # 32 +1.1 / +3.5%); the figures and the branches tried are in gemv.cu's comment on the kernel.
 TC_NARROW_MAX_B = 16
-TC_KERNELS = ("gemm_tc", "gemm_tc_narrow")
-TC_NARROW_ROWS = 32  # gemm_tc_narrow's row tile
+TC_ROWS = {"gemm_tc": TC_TILE, "gemm_tc_narrow": 32}  # the tensor-core kernels' row tiles (gemm_tc: 64 in its grid)
+TC_KERNELS = tuple(TC_ROWS)
 REDUCE_THREADS = 256
 GEMV_WARPS_PER_SM = 24  # gemv: warps per SM in its one wave (3 blocks x 8 warps; see GEMV_THREE_PER_SM_SHARED)
 # gemv: dynamic shared bytes at least, so an SM holds 3 of its blocks, not the 4 its registers allow (4 x 59 KiB
@@ -350,8 +350,7 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         if two_per_sm(B, tiles * splits):
             shared = TWO_PER_SM_SHARED
     elif kernel in TC_KERNELS:
-        rows = TC_NARROW_ROWS if kernel == "gemm_tc_narrow" else TC_TILE
-        block, tm, tn = (TC_THREADS, 1, 1), math.ceil(B / rows), math.ceil(N / TC_TILE)
+        block, tm, tn = (TC_THREADS, 1, 1), math.ceil(B / TC_ROWS[kernel]), math.ceil(N / TC_TILE)
         splits, k_chunk = _splits(tm * tn, K, tc_target_blocks(B), 256, splits)
         grid = (tm, tn, splits)
         shared = TC_TWO_PER_SM_SHARED if two_per_sm(B, tm * tn * splits, kernel) else TC_SHARED
@@ -363,10 +362,7 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
     if kernel in TC_KERNELS or kernel == "gemv_mma" and grid[0] >= MMA_MERGE_MIN:
         # each tile's last block to finish adds the splits and stores y (tc_merge_splits / mma_merge_splits)
         tiles = grid[0] * (grid[1] if kernel in TC_KERNELS else 1)
-        if kernel in TC_KERNELS:  # fp32 partials of one split: a tile's rows x 64 each
-            per_split = tiles * (TC_NARROW_ROWS if kernel == "gemm_tc_narrow" else TC_TILE) * TC_TILE
-        else:
-            per_split = B * N
+        per_split = tiles * TC_ROWS[kernel] * TC_TILE if kernel in TC_KERNELS else B * N  # fp32 partials of one split
         return GemvPlan(kernel, grid, block, shared, splits, k_chunk, mode, mode, X_OPS[x_op], 4 * splits * per_split,
                         None, parts, tiles)
     reduce_grid = (math.ceil(B * (N // 2 if out == "silu" else N) / REDUCE_THREADS), 1, 1)
