@@ -213,19 +213,28 @@ __device__ __forceinline__ float row_sumsq(const bf16* __restrict__ x, int b, in
 // pass over a long row waits one L2 round trip per 8 loads instead of one per load (K = 2048: 8 loads a lane). The
 // same sums in the same order as row_sumsq(x, b, K, lane, 32). Not merged into row_sumsq: that changed the SASS of
 // gemv and gemv_rows (stage_x, the B = 1-3 path), whose loop runs once per thread at K = 2048.
+// BATCHED: a short last group's loads are issued together too (zeros past the row: fmaf(0, 0, ss) == ss, the same
+// sums), where the loop of single loads after the groups runs serially, one round trip a load (small's K = 768: 3 a
+// lane, nvdisasm of rms_input): gemv_mma and rms_input. gemm_tc and gemm_tc_narrow keep that loop (their SASS
+// unchanged): the batched one cost gemm_tc 1b B = 64 1.4% though never run there (x_op is plain above 16 rows), and
+// gemm_tc_narrow 1b B = 16 0.5% (H100, sessions 41 and 42, branches rowsum-batched and rowsum-batched2).
+// Measured (H100, graph step at context 512, A/B, three rounds, session 42): small B = 3 / 4 / 8 / 16 / 24 / 64 / 128
+// -2.5 / -1.5 / -2.2 / -1.6 / -0.8 / -0.5 / -0.3%, 1b B = 3 / 4 -0.8 / -0.3%, 1b B = 8-128 within +0.2%.
+template <bool BATCHED>
 __device__ __forceinline__ float warp_row_sumsq(const bf16* __restrict__ x, int b, int K, int lane) {
     const uint4* row = reinterpret_cast<const uint4*>(x + (size_t)b * K);
     const int n = K / 8;  // 16-byte loads in the row
     float ss = 0.0f;
     int i = lane;
-    for (; i + 7 * 32 < n; i += 8 * 32) {
+    for (; i + 7 * 32 < n || BATCHED && i < n; i += 8 * 32) {
         uint4 v[8];
 #pragma unroll
-        for (int u = 0; u < 8; ++u) v[u] = __ldg(row + i + u * 32);
+        for (int u = 0; u < 8; ++u)
+            v[u] = !BATCHED || i + u * 32 < n ? __ldg(row + i + u * 32) : make_uint4(0, 0, 0, 0);
 #pragma unroll
         for (int u = 0; u < 8; ++u) ss = sumsq8(v[u], ss);
     }
-    for (; i < n; i += 32) ss = sumsq8(__ldg(row + i), ss);
+    for (; i < n; i += 32) ss = sumsq8(__ldg(row + i), ss);  // !BATCHED: the last loads, one at a time
     return ss;
 }
 
@@ -240,6 +249,7 @@ __device__ __forceinline__ void rows_active(float* scale_s, const int* __restric
 
 // rows_scale, after rows_active and the PDL wait: X_RMSNORM turns each active row's 1 into
 // 1 / sqrt(mean(x[b0 + r]^2) + eps) (> 0), one warp per row in a fixed order (deterministic). Barriers around.
+template <bool BATCHED>
 __device__ __forceinline__ void rows_scale(float* scale_s, const bf16* __restrict__ x, int x_op, int b0, int rows,
                                            int K, float eps) {
     __syncthreads();
@@ -247,7 +257,7 @@ __device__ __forceinline__ void rows_scale(float* scale_s, const bf16* __restric
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     for (int r = warp; r < rows; r += nwarps) {
         if (scale_s[r] == 0.0f) continue;  // warp-uniform
-        const float ss = warp_sum(warp_row_sumsq(x, b0 + r, K, lane));
+        const float ss = warp_sum(warp_row_sumsq<BATCHED>(x, b0 + r, K, lane));
         __syncwarp();  // every lane's read of scale_s[r] above is ordered before lane 0 overwrites it (racecheck)
         if (lane == 0) scale_s[r] = rsqrtf(ss / (float)K + eps);
     }
@@ -386,7 +396,7 @@ extern "C" __global__ void __launch_bounds__(128) rms_input(bf16* __restrict__ h
     const bool on = b < B && row_active(positions, b);  // before the wait (pdl.cuh)
     pdl_begin();
     if (!on) return;
-    const float inv = rsqrtf(warp_sum(warp_row_sumsq(x, b, K, lane)) / (float)K + eps);
+    const float inv = rsqrtf(warp_sum(warp_row_sumsq<true>(x, b, K, lane)) / (float)K + eps);
     const uint4* row = reinterpret_cast<const uint4*>(x + (size_t)b * K);
     uint4* out = reinterpret_cast<uint4*>(h + (size_t)b * K);
     for (int i = lane; i < K / 8; i += 32)
@@ -560,7 +570,7 @@ __device__ __forceinline__ void gemm_tc_body(void* y, const bf16* __restrict__ x
     // copies need only which rows are active (rows_active's 1 or 0, read after a barrier and before rows_scale's
     // barrier lets lane 0 of a row's warp overwrite it with the scale).
     if (NARROW) __syncthreads();
-    else rows_scale(scale_s, x, x_op, m0, TM, K, eps);
+    else rows_scale<false>(scale_s, x, x_op, m0, TM, K, eps);
     float sc[XC];
 #pragma unroll
     for (int i = 0; i < XC; ++i) sc[i] = scale_s[(threadIdx.x + i * TC_THREADS) / 8];
@@ -571,7 +581,7 @@ __device__ __forceinline__ void gemm_tc_body(void* y, const bf16* __restrict__ x
         cp_async_commit();
     }
     if (NARROW) {
-        rows_scale(scale_s, x, x_op, m0, TM, K, eps);
+        rows_scale<false>(scale_s, x, x_op, m0, TM, K, eps);
 #pragma unroll
         for (int i = 0; i < XC; ++i) sc[i] = scale_s[(threadIdx.x + i * TC_THREADS) / 8];
     }
@@ -724,7 +734,7 @@ __device__ __forceinline__ void gemv_mma_pass(void* y, const bf16* __restrict__ 
     const int kb0 = k0 + warp * 32;
     load_w(kb0);
     if (b0 == 0) pdl_begin();  // the weights' L2 prefetch and the first pass's row flags precede the wait
-    rows_scale(scale_s, x, x_op, b0, 8 * NT, K, eps);
+    rows_scale<true>(scale_s, x, x_op, b0, 8 * NT, K, eps);
     float sc[NT];  // the scale of this lane's batch rows g + 8i, in registers for the stream loop
 #pragma unroll
     for (int i = 0; i < NT; ++i) sc[i] = scale_s[g + 8 * i];
