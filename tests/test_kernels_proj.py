@@ -20,6 +20,7 @@ import pytest
 from rawgraphs.compiler import compile_file, kernel_dir, resource_usage
 from rawgraphs.model import reference as ref
 from rawgraphs.model.plans import (
+    CAP_MIN_B,
     GEMV_CHUNK,
     GEMV_RING,
     GEMV_SHARED,
@@ -142,8 +143,8 @@ def test_gemv_plan(B, N, K):
     else:
         rows_per_block = 64 if tc else 16
         assert plan.grid[1 if tc else 0] * rows_per_block >= N
-        capped = two_per_sm(B, math.prod(plan.grid), plan.kernel)
-        assert capped == (B >= (9 if tc else 8) and math.prod(plan.grid) <= 2 * SMS)
+        capped = two_per_sm(B, math.prod(plan.grid))
+        assert capped == (B >= CAP_MIN_B and math.prod(plan.grid) <= 2 * SMS)
         if not tc:
             assert plan.shared == (TWO_PER_SM_SHARED if capped else 0)
         else:
@@ -274,12 +275,12 @@ def test_gemv_plan_silu(B, N, K):
 
 
 @pytest.mark.parametrize("B,N,K,out,capped", [
-    (8, 2304, 768, "bf16", True),       # small qkv: 144 blocks
+    (9, 2304, 768, "bf16", True),       # small qkv: 144 blocks
+    (8, 2304, 768, "bf16", False),      # B < 9
     (16, 4096, 768, "silu", True),      # small gate_up: 256 blocks
-    (8, 768, 2048, "residual", True),   # small down: 48 rows of blocks, K split in two (96 blocks)
+    (10, 768, 2048, "residual", True),  # small down: 48 rows of blocks, K split in two (96 blocks)
     (8, 2048, 5632, "residual", False),  # 1b down: 128 blocks x 3 splits
     (12, 2048, 2048, "residual", True),  # gemm_tc (a weight of 2048^2 elements from B = 9), 1b o: 32 x 8 splits
-    (5, 2304, 768, "bf16", False),      # B < 8
     (8, 2048, 2048, "residual", False),  # gemm_tc (a weight of 2048^2 elements from B = 4), 1b o: 256 blocks
     (8, 6144, 2048, "bf16", False),     # 1b qkv: 384 blocks
     (8, 32000, 768, "f32", False),       # LM head: 2000 blocks
@@ -292,7 +293,7 @@ def test_gemv_plan_silu(B, N, K):
 ])
 def test_two_per_sm_plan(B, N, K, out, capped):
     """gemv_mma and gemm_tc are capped at 2 blocks per SM (unused dynamic shared memory) exactly where
-    two_per_sm says: grids of at most 2 x 132 blocks at B >= 8 (gemv_mma) or B >= 9 (gemm_tc)."""
+    two_per_sm says: grids of at most 2 x 132 blocks at B >= CAP_MIN_B (9)."""
     plan = gemv_plan(B, N, K, out)
     tc = runs_gemm_tc(B, N, K)
     assert plan.kernel == (tc_kernel(B) if tc else "gemv_mma")
@@ -300,7 +301,7 @@ def test_two_per_sm_plan(B, N, K, out, capped):
         assert plan.shared == (TWO_PER_SM_SHARED if capped else 0)
     else:
         assert plan.shared == (TC_TWO_PER_SM_SHARED if capped else TC_SHARED)
-    assert (B >= (9 if tc else 8) and math.prod(plan.grid) <= 2 * SMS) == capped
+    assert (B >= CAP_MIN_B and math.prod(plan.grid) <= 2 * SMS) == capped
     assert all(ln.shared == plan.shared for ln in plan.launches("y", "x", "w", "ws", B, N, K, counters="c")[:1])
 
 
@@ -353,7 +354,7 @@ def test_occupancy_caps_hold_for_the_compiled_kernels():
     for B, N, K in [(2, 2048, 5632), (3, 6144, 2048), (3, 32000, 2048)]:  # gemv_rows: 3 by registers and the cap
         plan = gemv_plan(B, N, K)
         assert plan.kernel == "gemv_rows" and h200_blocks_per_sm(*use["gemv_rows"], plan.shared) == 3
-    capped = gemv_plan(8, 2304, 768)
+    capped = gemv_plan(9, 2304, 768)
     assert capped.shared == TWO_PER_SM_SHARED
     assert h200_blocks_per_sm(*use["gemv_mma"], capped.shared) == 2 < h200_blocks_per_sm(*use["gemv_mma"], 0) == 3
     capped = gemv_plan(32, 2048, 2048)
@@ -745,14 +746,14 @@ def test_plans_blocks_per_sm(mods):
         return mods["gemv"].kernel(plan.kernel).blocks_per_sm(LaunchShape(plan.grid, plan.block, plan.shared))
 
     assert blocks(gemv_plan(1, 2048, 2048)) == 3 and blocks(gemv_plan(1, 2048, 5632, "residual")) == 3
-    assert blocks(gemv_plan(4, 4096, 768, "silu")) == 3  # gemv_mma, 256 blocks: uncapped below B = 8
-    uncapped = gemv_plan(8, 2048, 2048)  # gemm_tc_narrow below TC_CAP_MIN_B
+    assert blocks(gemv_plan(4, 4096, 768, "silu")) == 3  # gemv_mma, 256 blocks: uncapped below B = 9
+    uncapped = gemv_plan(8, 2048, 2048)  # gemm_tc_narrow below CAP_MIN_B
     assert uncapped.kernel == "gemm_tc_narrow" and math.prod(uncapped.grid) <= 2 * SMS and blocks(uncapped) == 4
     capped = gemv_plan(12, 2048, 2048)
     assert capped.kernel == "gemm_tc_narrow" and capped.shared == TC_TWO_PER_SM_SHARED and blocks(capped) == 2
     rows = gemv_plan(3, 6144, 2048)
     assert rows.kernel == "gemv_rows" and blocks(rows) == 3 and blocks(gemv_plan(2, 2048, 5632, "residual")) == 3
-    capped = gemv_plan(8, 2304, 768)
+    capped = gemv_plan(9, 2304, 768)
     assert capped.shared == TWO_PER_SM_SHARED and blocks(capped) == 2
     assert blocks(gemv_plan(37, 6144, 2048)) == 4
     capped = gemv_plan(32, 2048, 2048)

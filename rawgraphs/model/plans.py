@@ -61,8 +61,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-__all__ = ["MMA_CAP_MIN_B", "MMA_MERGE_MIN", "MMA_SPLIT_TARGET", "MMA_UNSPLIT_MAX_B", "OUT_MODES", "PARTIAL",
-           "RMS_INPUT_MIN_B", "TC_CAP_MIN_B", "TC_KERNELS", "TC_NARROW_MAX_B", "TC_SHARED", "TC_TWO_PER_SM_SHARED",
+__all__ = ["CAP_MIN_B", "MMA_MERGE_MIN", "MMA_SPLIT_TARGET", "MMA_UNSPLIT_MAX_B", "OUT_MODES", "PARTIAL",
+           "RMS_INPUT_MIN_B", "TC_KERNELS", "TC_NARROW_MAX_B", "TC_SHARED", "TC_TWO_PER_SM_SHARED",
            "TWO_PER_SM_SHARED", "X_OPS", "SMS", "GemvPlan", "Launch", "gemv_plan", "max_counters",
            "max_workspace_bytes", "rows_fit", "tc_fits", "tc_target_blocks", "two_per_sm"]
 
@@ -95,7 +95,7 @@ MMA_SPLIT_TARGET, MMA_MIN_CHUNK, MMA_MERGE_MIN, MMA_UNSPLIT_MAX_B = 2 * SMS, 102
 # lost: 1b B = 6 / 8 +1.4 / +4.2%, small +10.6 / +5.1%; only 1b's o and down from B = 5, +4.3 / +5.8%. Within the
 # new range main's gemm_tc cap (two_per_sm) and split target (tc_target_blocks) held: 1b B = 12 / 16 uncapped +0.6 /
 # +1.1%, 2 x SMS +2.0 / +4.7%. With gemm_tc normalising its own rows up to B = 16 (RMS_INPUT_MIN_B), from B = 5
-# won (session 40, three rounds, main -> from B = 5 / and uncapped below 9, TC_CAP_MIN_B): 1b B = 5 / 6 / 7 / 8
+# won (session 40, three rounds, main -> from B = 5 / and uncapped below 9, CAP_MIN_B): 1b B = 5 / 6 / 7 / 8
 # 1259.3 / 1287.5 / 1330.3 / 1330.3 -> 1198.9 / 1225.5 / 1264.5 / 1330.5 and 1198.1 / 1225.8 / 1264.1 / 1304.0 (-4.9
 # / -4.8 / -5.0 / -2.0%), small (its LM head) -0.2 to -0.7%. From B = 4 too (the next call, three rounds): 1b B = 4
 # 1233.9 -> 1173.4 (-4.8%), small 311.0 -> 309.2 (-0.6%); B = 8-16 within 0.1%.
@@ -117,7 +117,7 @@ TWO_PER_SM_SHARED = 48 * 1024
 TC_STAGES = 3
 TC_SHARED = TC_STAGES * 2 * TC_TILE * (TC_TILE + 8) * 2
 TC_TWO_PER_SM_SHARED = 80 * 1024
-MMA_CAP_MIN_B, TC_CAP_MIN_B = 8, 9  # gemv_mma / gemm_tc take the 2-per-SM cap from these batches (two_per_sm)
+CAP_MIN_B = 9  # gemv_mma and gemm_tc take the 2-per-SM cap from this batch (two_per_sm)
 # gemm_tc_narrow (gemv.cu): gemm_tc with 32-row tiles, a split merge that stages only the batch rows in shared
 # memory, and its x tiles issued before X_RMSNORM's row sums; the plans take it for gemm_tc's projections of at
 # most TC_NARROW_MAX_B rows. H100, graph step at context 512, A/B, three rounds (session 41): 1b B = 4 / 8 / 12 / 16
@@ -238,10 +238,10 @@ def tc_target_blocks(B: int) -> int:
     return (3 if B <= TC_TILE else 2) * SMS
 
 
-def two_per_sm(B: int, blocks: int, kernel: str = "gemv_mma") -> bool:
-    """Whether ``gemv_mma`` or ``gemm_tc`` (``kernel``) runs capped at 2 blocks per SM (``TWO_PER_SM_SHARED``,
+def two_per_sm(B: int, blocks: int) -> bool:
+    """Whether ``gemv_mma`` or a ``gemm_tc`` kernel runs capped at 2 blocks per SM (``TWO_PER_SM_SHARED``,
     ``TC_TWO_PER_SM_SHARED``) instead of the 3 or 4 its registers allow: for grids that fit one wave at 2 per SM, at
-    B >= MMA_CAP_MIN_B (gemv_mma) or B >= TC_CAP_MIN_B (gemm_tc).
+    B >= CAP_MIN_B.
 
     Measured in the decode step (graph, context 512, H200, the same kernel with and without the cap):
     - gemv_mma (session 11): small B = 8 / 16 356 / 501 -> 343 / 461 us (qkv, gate_up, and o and down after their
@@ -254,6 +254,10 @@ def two_per_sm(B: int, blocks: int, kernel: str = "gemv_mma") -> bool:
       -> 304.6 / 329.8 / 346.6 (from 4) and 348.1 at 8 (from 12); 1b 1245 / 1299 / 1342 -> 1230 / 1286 / 1344 (from
       4) and 1360 at 8 (from 12). From 4 wins 1b B = 4-6 by 1.0-1.2% but loses small B = 6 by 1.9%; kept at 8.
       Session 40, three rounds: small B = 4-7 -1.1 / -1.1 / +1.4 / -0.8% (B = 6 lost again), 1b B = 4 -0.9%.
+      Session 42 (three rounds, after gemv_mma's early weight slabs and batched row sums): from 9, not 8, small B = 8
+      335.6 -> 325.6 us (-2.9%; -4.6% in the call before, without the batched row sums), B = 6-16 otherwise within
+      0.2%; never capped (gemv_mma runs up to B = 16) lost small B = 12 / 14 / 16 by 2.9 / 3.5 / 1.2%, and capping
+      only grids of more than 132 blocks lost B = 8 by 1.2% (won B = 9 / 10 by 0.6%).
     - gemm_tc at B = 4-8 (1b's projections, either LM head; TC_LARGE_MIN_B) is left uncapped: 1b B = 8 1330.5 ->
       1304.0 us (its o, 256 blocks; H100, session 40). Uncapped up to 16 too was mixed: 1b B = 12 / 16 1438.2 /
       1519.3 -> 1432.1 / 1526.4 us (three rounds), small within 0.3%.
@@ -261,7 +265,7 @@ def two_per_sm(B: int, blocks: int, kernel: str = "gemv_mma") -> bool:
     can stack them on the SMs that free first (under PDL the previous kernel still holds the others), and those
     SMs finish last; capped, the blocks spread.
     """
-    return B >= (TC_CAP_MIN_B if kernel in TC_KERNELS else MMA_CAP_MIN_B) and blocks <= 2 * SMS
+    return B >= CAP_MIN_B and blocks <= 2 * SMS
 
 
 def tc_fits(B: int, N: int, K: int) -> bool:
@@ -353,7 +357,7 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         block, tm, tn = (TC_THREADS, 1, 1), math.ceil(B / TC_ROWS[kernel]), math.ceil(N / TC_TILE)
         splits, k_chunk = _splits(tm * tn, K, tc_target_blocks(B), 256, splits)
         grid = (tm, tn, splits)
-        shared = TC_TWO_PER_SM_SHARED if two_per_sm(B, tm * tn * splits, kernel) else TC_SHARED
+        shared = TC_TWO_PER_SM_SHARED if two_per_sm(B, tm * tn * splits) else TC_SHARED
     else:
         raise ValueError(f"unknown gemv kernel {kernel!r}; one of gemv, gemv_rows, gemv_mma, gemm_tc, gemm_tc_narrow")
     mode = OUT_MODES[out]
