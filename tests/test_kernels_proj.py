@@ -101,8 +101,8 @@ def test_signatures():
 
 def runs_gemm_tc(B: int, N: int, K: int) -> bool:
     """gemm_tc's range, stated apart from plans.tc_fits: above 16 rows, or from 4 for a weight of 2048^2 elements
-    or more (session 39's and 40's A/B)."""
-    return B > 16 or B >= 4 and N * K >= 2048 * 2048
+    or more (session 39's and 40's A/B), or at 3 for such a weight of K >= 2048 (where gemv_rows goes first)."""
+    return B > 16 or N * K >= 2048 * 2048 and (B >= 4 or B == 3 and K >= 2048)
 
 
 def tc_kernel(B: int) -> str:
@@ -335,10 +335,11 @@ def test_gemv_splits_k_only_past_its_x_row():
 
 @pytest.mark.parametrize("B", [2, 3])
 def test_stated_splits_override_the_unit_stream(B):
-    """``splits=`` overrides the plan's choice at every B: at B = 2-3 it leaves gemv_rows (which never splits)."""
+    """``splits=`` overrides the plan's choice at every B: at B = 2-3 it leaves gemv_rows (which never splits) for
+    gemv_mma, or gemm_tc_narrow at B = 3 for this large weight of K >= 2048."""
     assert gemv_plan(B, 4096, 4096).kernel == "gemv_rows"
     plan = gemv_plan(B, 4096, 4096, splits=4)
-    assert plan.kernel == "gemv_mma" and plan.splits == 4
+    assert plan.kernel == ("gemm_tc_narrow" if B == 3 else "gemv_mma") and plan.splits == 4
 
 
 def test_occupancy_caps_hold_for_the_compiled_kernels():

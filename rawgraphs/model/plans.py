@@ -15,10 +15,12 @@
   276.5 -> 274.7 (and 294.3 -> 255.4 on the H100 once its o and down took the unit stream at B = 1, session 38), but
   B = 3 300 -> 331 (each of its K = 768 projections dearer: 3 chunks a row leave the extra
   rows' arithmetic and reductions exposed); B = 4 lost on both (1b 1145 -> 1200, small 307 -> 372).
-- otherwise ``2 <= B <= 16`` (``B <= 3`` for weights of ``TC_LARGE_WEIGHT`` elements or more): ``gemv_mma``, 16
+- otherwise ``2 <= B <= 16`` (``B <= 3`` for weights of ``TC_LARGE_WEIGHT`` elements or more, ``B = 2`` for those
+  of ``K >= ROWS3_MIN_K`` that ``gemv_rows`` cannot hold, like 1b's down projection): ``gemv_mma``, 16
   weight rows per 256-thread block streamed straight into tensor-core fragments (4 x 2 16-byte loads in flight per
   lane, 3 blocks per SM, or 2 where ``two_per_sm`` says); each weight row is read once per launch.
-- ``B > 16``, and ``B >= 4`` for those large weights (``tc_fits``): ``gemm_tc``, 64 x 64 output tiles on tensor
+- ``B > 16``, and ``B >= 4`` for those large weights (``B = 3`` too for those of ``K >= ROWS3_MIN_K`` that
+  ``gemv_rows`` does not take) (``tc_fits``): ``gemm_tc``, 64 x 64 output tiles on tensor
   cores (mma.sync bf16, fp32 accumulate; the kernel takes 32-row tiles itself at B <= 32, on the same grid), K tiles
   of x and W streamed through a ``TC_STAGES``-deep cp.async pipeline in ``TC_SHARED`` bytes of shared memory (4
   blocks of 8 warps per SM), or 2 blocks per SM where ``two_per_sm`` says. At ``B <= TC_NARROW_MAX_B`` the plans
@@ -98,7 +100,10 @@ MMA_SPLIT_TARGET, MMA_MIN_CHUNK, MMA_MERGE_MIN, MMA_UNSPLIT_MAX_B = 2 * SMS, 102
 # won (session 40, three rounds, main -> from B = 5 / and uncapped below 9, CAP_MIN_B): 1b B = 5 / 6 / 7 / 8
 # 1259.3 / 1287.5 / 1330.3 / 1330.3 -> 1198.9 / 1225.5 / 1264.5 / 1330.5 and 1198.1 / 1225.8 / 1264.1 / 1304.0 (-4.9
 # / -4.8 / -5.0 / -2.0%), small (its LM head) -0.2 to -0.7%. From B = 4 too (the next call, three rounds): 1b B = 4
-# 1233.9 -> 1173.4 (-4.8%), small 311.0 -> 309.2 (-0.6%); B = 8-16 within 0.1%.
+# 1233.9 -> 1173.4 (-4.8%), small 311.0 -> 309.2 (-0.6%); B = 8-16 within 0.1%. With gemm_tc_narrow (session 42,
+# H100, one round): from B = 3 where gemv_rows does not take the weight (1b's down, small's LM head) 1b B = 3 -3.3%,
+# small +0.7% (its LM head, K = 768); in place of gemv_rows too, 1b -2.1%. So at B = 3 only for K >= ROWS3_MIN_K
+# (1b's down; three rounds in benchmarks/results/session42/call6).
 MMA_MAX_B, TC_LARGE_MIN_B, TC_LARGE_WEIGHT = 16, 3, 2048 * 2048
 # An rmsnorm-fused gemm_tc of at least RMS_INPUT_MIN_B rows gets an rms_input launch that normalises its rows
 # once (``launches(normed=)``); up to B = 16 every block normalises its own rows instead, one launch fewer per fused
@@ -270,8 +275,12 @@ def two_per_sm(B: int, blocks: int) -> bool:
 
 def tc_fits(B: int, N: int, K: int) -> bool:
     """Whether a projection of ``B > 1`` rows runs ``gemm_tc`` rather than ``gemv_mma``: above ``MMA_MAX_B`` rows,
-    or above ``TC_LARGE_MIN_B`` for a weight of at least ``TC_LARGE_WEIGHT`` elements (N * K)."""
-    return B > MMA_MAX_B or B > TC_LARGE_MIN_B and N * K >= TC_LARGE_WEIGHT
+    or above ``TC_LARGE_MIN_B`` for a weight of at least ``TC_LARGE_WEIGHT`` elements (N * K), or at
+    ``TC_LARGE_MIN_B`` rows for such a weight with ``K >= ROWS3_MIN_K`` (where ``gemv_plan`` tries ``gemv_rows``
+    first: the weights whose rows it cannot hold, 1b's down)."""
+    if B > MMA_MAX_B:
+        return True
+    return N * K >= TC_LARGE_WEIGHT and (B > TC_LARGE_MIN_B or B == TC_LARGE_MIN_B and K >= ROWS3_MIN_K)
 
 
 def rows_fit(B: int, K: int) -> bool:
