@@ -102,8 +102,8 @@ MMA_SPLIT_TARGET, MMA_MIN_CHUNK, MMA_MERGE_MIN, MMA_UNSPLIT_MAX_B = 2 * SMS, 102
 # / -4.8 / -5.0 / -2.0%), small (its LM head) -0.2 to -0.7%. From B = 4 too (the next call, three rounds): 1b B = 4
 # 1233.9 -> 1173.4 (-4.8%), small 311.0 -> 309.2 (-0.6%); B = 8-16 within 0.1%. With gemm_tc_narrow (session 42,
 # H100, one round): from B = 3 where gemv_rows does not take the weight (1b's down, small's LM head) 1b B = 3 -3.3%,
-# small +0.7% (its LM head, K = 768); in place of gemv_rows too, 1b -2.1%. So at B = 3 only for K >= ROWS3_MIN_K
-# (1b's down; three rounds in benchmarks/results/session42/call6).
+# small +0.7% (its LM head, K = 768); in place of gemv_rows too, 1b -2.1%. So at B = 3 only for K >= ROWS3_MIN_K:
+# 1b's down, 1b B = 3 1115.9 -> 1084.2 us (-2.8%) in the next call, small and B = 2 within 0.1%.
 MMA_MAX_B, TC_LARGE_MIN_B, TC_LARGE_WEIGHT = 16, 3, 2048 * 2048
 # An rmsnorm-fused gemm_tc of at least RMS_INPUT_MIN_B rows gets an rms_input launch that normalises its rows
 # once (``launches(normed=)``); up to B = 16 every block normalises its own rows instead, one launch fewer per fused
