@@ -27,9 +27,9 @@
 // gemv_rows (B = 2, and B = 3 for K >= 2048, where B = 1 would run the unit stream and the B x rows fit): gemv's
 //   unit stream for all B rows at once, each weight chunk read once (see "gemv_rows:" below); gemv's grid, block,
 //   shared memory and arguments.
-// gemv_mma (2 <= B <= 16 otherwise, B <= 3 for N * K >= 2048^2; passes of 8 / 16 / 32 batch rows): GEMV on tensor
-//   cores, W streamed from global memory straight into mma.sync A fragments (8 x 16-byte loads in flight per lane),
-//   x^T as the B operand.
+// gemv_mma (2 <= B <= 16 otherwise, B <= 3 for N * K >= 2048^2 less gemm_tc_narrow's; passes of 8 / 16 / 32 batch
+//   rows): GEMV on tensor cores, W streamed from global memory straight into mma.sync A fragments (8 x 16-byte loads
+//   in flight per lane), x^T as the B operand.
 //   grid = (ceil(N / 16), splits), block = (256,) exactly, shared = 0 or unused (static arrays); OUT_SILU: a block owns
 //   8 gate rows and their 8 up rows (same grid). splits > 1 (but mode OUT_PARTIAL): the blocks write their sums to
 //   partial fp32 [splits, B, N] (OUT_PARTIAL's layout) and the last of a row block's splits to finish adds them in
@@ -45,9 +45,10 @@
 //   itself, as gemv_mma does (tc_merge_splits); extra arguments partial fp32 [tiles * splits * 64 * 64] and counters
 //   int32 [tiles] (tiles = ceil(B / 64) * ceil(N / 64); zeros before the first launch, zeros again after each),
 //   may be null when splits == 1.
-// gemm_tc_narrow (4 <= B <= 16 for N * K >= 2048^2): gemm_tc with 32-row tiles for every B (grid = (ceil(B / 32),
-//   ceil(N / 64), splits)), a split merge that stages only the batch rows in shared memory, and the first x tiles
-//   issued before X_RMSNORM's row sums (see "gemm_tc_narrow:" below). gemm_tc's arguments.
+// gemm_tc_narrow (4 <= B <= 16 for N * K >= 2048^2, and B = 3 where K >= 2048 but gemv_rows can't hold the rows):
+//   gemm_tc with 32-row tiles for every B (grid = (ceil(B / 32), ceil(N / 64), splits)), a split merge that stages
+//   only the batch rows in shared memory, and the first x tiles issued before X_RMSNORM's row sums (see
+//   "gemm_tc_narrow:" below). gemm_tc's arguments.
 // splitk_reduce: y = epilogue(sum_{s < splits} partial[s]) in fixed order (bit-identical run to run).
 //   grid = (ceil(B * N / 256),) (OUT_SILU: ceil(B * N / 2 / 256)), block = (256,), shared = 0
 // rms_input: X_RMSNORM's input rows, once, for gemm_tc to multiply as stored (see "rms_input:" below).
@@ -726,11 +727,12 @@ __device__ __forceinline__ void gemv_mma_pass(void* y, const bf16* __restrict__ 
         }
     };
     // The first slabs are loaded before the wait and X_RMSNORM's row sums, whose round trips then overlap theirs,
-    // instead of after them (the L2 prefetch had brought them no nearer than L2). 32 bytes of spill against 8 (80
-    // registers). H100, graph step at context 512, A/B, two rounds (session 41): small B = 3 / 4 / 16 304.6 / 306.7
-    // / 457.2 -> 285.9 / 285.6 / 438.8 us (-6.2 / -6.9 / -4.0%), B = 8 -0.2% (its grids capped at 2 blocks per SM),
-    // B = 24 / 64 within 0.1%; 1b B = 3 +1.7% (1088.4 -> 1106.5: its down, split 3 ways over K = 5632, is 1b's one
-    // gemv_mma launch there), 1b B = 4-64 within 0.1% (no gemv_mma).
+    // instead of after them (the L2 prefetch had brought them no nearer than L2). 16 bytes of spill (80 registers;
+    // 32 before the batched row sums, 8 before this). H100, graph step at context 512, A/B, two rounds (session 41):
+    // small B = 3 / 4 / 16 304.6 / 306.7 / 457.2 -> 285.9 / 285.6 / 438.8 us (-6.2 / -6.9 / -4.0%), B = 8 -0.2% (its
+    // grids capped at 2 blocks per SM), B = 24 / 64 within 0.1%; 1b B = 3 +1.7% (1088.4 -> 1106.5: its down, split 3
+    // ways over K = 5632, was 1b's one gemv_mma launch there until gemm_tc_narrow took it in session 42), 1b B = 4-64
+    // within 0.1% (no gemv_mma).
     const int kb0 = k0 + warp * 32;
     load_w(kb0);
     if (b0 == 0) pdl_begin();  // the weights' L2 prefetch and the first pass's row flags precede the wait

@@ -20,7 +20,6 @@ import pytest
 from rawgraphs.compiler import compile_file, kernel_dir, resource_usage
 from rawgraphs.model import reference as ref
 from rawgraphs.model.plans import (
-    CAP_MIN_B,
     GEMV_CHUNK,
     GEMV_RING,
     GEMV_SHARED,
@@ -105,6 +104,9 @@ def runs_gemm_tc(B: int, N: int, K: int) -> bool:
     return B > 16 or N * K >= 2048 * 2048 and (B >= 4 or B == 3 and K >= 2048)
 
 
+CAPPED_FROM = 9  # the batch from which two_per_sm caps, stated apart from plans.CAP_MIN_B (session 42's A/B)
+
+
 def tc_kernel(B: int) -> str:
     """Which of the two runs gemm_tc's projections: gemm_tc_narrow (32-row tiles, staged merge) up to 16 rows."""
     return "gemm_tc_narrow" if B <= 16 else "gemm_tc"
@@ -144,7 +146,7 @@ def test_gemv_plan(B, N, K):
         rows_per_block = 64 if tc else 16
         assert plan.grid[1 if tc else 0] * rows_per_block >= N
         capped = two_per_sm(B, math.prod(plan.grid))
-        assert capped == (B >= CAP_MIN_B and math.prod(plan.grid) <= 2 * SMS)
+        assert capped == (B >= CAPPED_FROM and math.prod(plan.grid) <= 2 * SMS)
         if not tc:
             assert plan.shared == (TWO_PER_SM_SHARED if capped else 0)
         else:
@@ -293,7 +295,7 @@ def test_gemv_plan_silu(B, N, K):
 ])
 def test_two_per_sm_plan(B, N, K, out, capped):
     """gemv_mma and gemm_tc are capped at 2 blocks per SM (unused dynamic shared memory) exactly where
-    two_per_sm says: grids of at most 2 x 132 blocks at B >= CAP_MIN_B (9)."""
+    two_per_sm says: grids of at most 2 x 132 blocks at B >= 9."""
     plan = gemv_plan(B, N, K, out)
     tc = runs_gemm_tc(B, N, K)
     assert plan.kernel == (tc_kernel(B) if tc else "gemv_mma")
@@ -301,7 +303,7 @@ def test_two_per_sm_plan(B, N, K, out, capped):
         assert plan.shared == (TWO_PER_SM_SHARED if capped else 0)
     else:
         assert plan.shared == (TC_TWO_PER_SM_SHARED if capped else TC_SHARED)
-    assert (B >= CAP_MIN_B and math.prod(plan.grid) <= 2 * SMS) == capped
+    assert (B >= CAPPED_FROM and math.prod(plan.grid) <= 2 * SMS) == capped
     assert all(ln.shared == plan.shared for ln in plan.launches("y", "x", "w", "ws", B, N, K, counters="c")[:1])
 
 
@@ -748,7 +750,7 @@ def test_plans_blocks_per_sm(mods):
 
     assert blocks(gemv_plan(1, 2048, 2048)) == 3 and blocks(gemv_plan(1, 2048, 5632, "residual")) == 3
     assert blocks(gemv_plan(4, 4096, 768, "silu")) == 3  # gemv_mma, 256 blocks: uncapped below B = 9
-    uncapped = gemv_plan(8, 2048, 2048)  # gemm_tc_narrow below CAP_MIN_B
+    uncapped = gemv_plan(8, 2048, 2048)  # gemm_tc_narrow below the cap's batch
     assert uncapped.kernel == "gemm_tc_narrow" and math.prod(uncapped.grid) <= 2 * SMS and blocks(uncapped) == 4
     capped = gemv_plan(12, 2048, 2048)
     assert capped.kernel == "gemm_tc_narrow" and capped.shared == TC_TWO_PER_SM_SHARED and blocks(capped) == 2
