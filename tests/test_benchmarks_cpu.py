@@ -218,9 +218,44 @@ def test_sass_count_names_the_model_template_instantiations(capsys):
         sass_count.nvdisasm()
     except SystemExit:
         pytest.skip("no nvdisasm here (pip install nvidia-cuda-nvdisasm)")
-    kernels = sass_count.kernels_of(sass_count.kernel_dir() / "attention.cu", "sm_90")
+    kernels, layout = sass_count.compiled(sass_count.kernel_dir() / "attention.cu", "sm_90")
     assert "attention<128,1,true>" in kernels and "attention_combine" in kernels
     assert any(i.startswith("EXIT") or " EXIT" in i for i in kernels["attention<128,1,true>"])
+    assert kernels.keys() <= layout.keys()  # every kernel placed, under the same name
+
+
+def test_sass_count_places_each_function_in_its_module():
+    """sass_count.text_layout reads each function's code from the cubin NVRTC gives (no GPU, no nvdisasm): offsets
+    from the module's first code, 128-byte aligned, in sequence without overlap, and a second kernel defined after
+    the first placed ahead of it (NVRTC lays kernels out in reverse order of definition: what session 43's layout
+    probe relied on)."""
+    pytest.importorskip("elftools", reason="pyelftools reads the cubin (the test extra installs it)")
+    sys.path.insert(0, str(BENCH / "diagnostics"))
+    from sass_count import text_layout
+
+    from rawgraphs.compiler import compile_source
+
+    body = 'extern "C" __global__ void {}(float* p) {{ p[threadIdx.x] = p[threadIdx.x] * 2.0f + {}; }}\n'
+    one = text_layout(bytes(compile_source(body.format("first", 1), "one.cu", arch="sm_90").cubin))
+    two = text_layout(bytes(compile_source(body.format("first", 1) + body.format("second", 2), "two.cu",
+                                           arch="sm_90").cubin))
+    assert set(one) == {"first"} and one["first"][0] == 0 and one["first"][1] > 0
+    assert set(two) == {"first", "second"}
+    (a, (a_at, a_size)), (b, (b_at, _)) = sorted(two.items(), key=lambda item: item[1][0])
+    assert (a, b) == ("second", "first") and a_at == 0
+    assert b_at >= a_at + a_size and b_at % 128 == 0
+
+
+def test_sass_count_verdict_says_what_changed_and_how_far_it_moved():
+    """sass_count's --same-as line: the same code moved within its module is told apart from code left in place."""
+    sys.path.insert(0, str(BENCH / "diagnostics"))
+    from sass_count import verdict
+
+    code = ["FADD R0, R0, R1", "EXIT"]
+    assert verdict(code, code, (4608, 256), (128, 256)) == "same, moved +4480 B"
+    assert verdict(code, code, (128, 256), (128, 256)) == "same"
+    assert verdict(code, code[:1], (0, 256), (0, 128)) == "DIFF 2 vs 1"
+    assert verdict(code, None, (0, 256), None) == "only here" and verdict(None, code, None, (0, 1)) == "only there"
 
 
 def test_boundary_trace_splits_a_launchs_work_into_release_skew_and_block_time(records):

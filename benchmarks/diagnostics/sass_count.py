@@ -10,13 +10,17 @@ Run from the repository root: ``python3 benchmarks/diagnostics/sass_count.py [fi
 [--kernel NAME] [--opcodes N] [--kernels-dir DIR] [--same-as DIR]`` (default: every kernels/*.cu; ``--kernel``
 prints that kernel's disassembly instead; ``--same-as`` says, per kernel, whether its SASS equals that of the same
 kernel in another tree's kernels/, e.g. ``git archive HEAD kernels | tar x -C /tmp/head`` and ``--same-as
-/tmp/head/kernels``: how sessions 16-17 showed an edit left a kernel's code as it was). The model's template
+/tmp/head/kernels``: how sessions 16-17 showed an edit left a kernel's code as it was; it also says how far each
+kernel's code moved in its module, which moves the step by itself: session 43's unused kernel, shifting every
+kernel of gemv.cu by 4480 bytes with the same SASS, took small B = 1 from 199.8 to 201.9 us on the H100, so an A/B of
+trees whose kernels moved needs a control tree that moves them alike). The model's template
 instantiations (``attention<128,1,true>``) are compiled in and named by their expression. nvdisasm comes with the
 CUDA toolkit, or ``pip install nvidia-cuda-nvdisasm``.
 """
 
 import argparse
 import collections
+import io
 import re
 import shutil
 import subprocess
@@ -72,29 +76,52 @@ def normalized(instructions: list[str]) -> list[str]:
             for i in instructions]
 
 
-def kernels_of(path: Path, arch: str) -> dict[str, list[str]]:
-    """Each kernel's instructions; the model's template instantiations by name expression (a tree whose file has no
-    such template is compiled without them)."""
+def text_layout(cubin: bytes) -> dict[str, tuple[int, int]]:
+    """Each function's code (its ``.text.SYMBOL`` section) as (offset from the module's first code, size), bytes."""
+    try:
+        from elftools.elf.elffile import ELFFile
+    except ImportError:
+        sys.exit("pyelftools not found: `pip install pyelftools` (it reads the cubin's sections)")
+    text = {s.name.removeprefix(".text."): (s["sh_offset"], s["sh_size"])
+            for s in ELFFile(io.BytesIO(cubin)).iter_sections() if s.name.startswith(".text.")}
+    start = min((offset for offset, _ in text.values()), default=0)
+    return {name: (offset - start, size) for name, (offset, size) in text.items()}
+
+
+def compiled(path: Path, arch: str) -> tuple[dict[str, list[str]], dict[str, tuple[int, int]]]:
+    """Each kernel's instructions and code placement (``text_layout``), the model's template instantiations named
+    by their expression (a tree whose file has no such template is compiled without them)."""
     names = KERNEL_FILES.get(path.stem, ())
     try:
         prog = compile_file(path, arch=arch, name_expressions=names, use_cache=False)
     except CompileError:
         prog = compile_file(path, arch=arch, use_cache=False)
     expression = {symbol: expr for expr, symbol in prog.lowered.items()}
-    return {expression.get(k, k): v for k, v in by_kernel(disassemble(prog.cubin)).items()}
+    cubin = bytes(prog.cubin)
+    return ({expression.get(k, k): v for k, v in by_kernel(disassemble(cubin)).items()},
+            {expression.get(k, k): v for k, v in text_layout(cubin).items()})
+
+
+def verdict(a: list[str] | None, b: list[str] | None, here: tuple[int, int] | None,
+            there: tuple[int, int] | None) -> str:
+    """``same`` or ``DIFF`` (both instruction counts), with how far the kernel's code moved in its module (here
+    against there), or in which tree alone the kernel is."""
+    if not (a and b):
+        return "only here" if a else "only there"
+    moved = f", moved {here[0] - there[0]:+d} B" if here and there and here[0] != there[0] else ""
+    return ("same" if a == b else f"DIFF {len(a)} vs {len(b)}") + moved
 
 
 def same_as(files: list[Path], other: Path, arch: str) -> None:
-    """Per kernel: ``same``, ``DIFF`` (with both instruction counts) or present in one tree only."""
+    """Per kernel: ``verdict``."""
     for path in files:
         theirs = other / path.name
-        here = {k: normalized(v) for k, v in kernels_of(path, arch).items()}
-        there = {k: normalized(v) for k, v in kernels_of(theirs, arch).items()} if theirs.exists() else {}
+        here, here_at = compiled(path, arch)
+        there, there_at = compiled(theirs, arch) if theirs.exists() else ({}, {})
         for name in sorted(here.keys() | there.keys()):
             a, b = here.get(name), there.get(name)
-            verdict = ("same" if a == b else f"DIFF {len(a)} vs {len(b)}") if a and b else \
-                ("only here" if a else "only there")
-            print(f"{path.stem:12s} {name:28s} {verdict}")
+            print(f"{path.stem:12s} {name:28s} "
+                  f"{verdict(a and normalized(a), b and normalized(b), here_at.get(name), there_at.get(name))}")
 
 
 def main() -> None:
@@ -112,7 +139,7 @@ def main() -> None:
         same_as(files, args.same_as, args.arch)
         return
     for path in files:
-        for name, instructions in kernels_of(path, args.arch).items():
+        for name, instructions in compiled(path, args.arch)[0].items():
             if args.kernel:
                 if name == args.kernel:
                     print("\n".join(instructions))
