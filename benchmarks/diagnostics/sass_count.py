@@ -12,7 +12,7 @@ prints that kernel's disassembly instead; ``--same-as`` says, per kernel, whethe
 kernel in another tree's kernels/, e.g. ``git archive HEAD kernels | tar x -C /tmp/head`` and ``--same-as
 /tmp/head/kernels``: how sessions 16-17 showed an edit left a kernel's code as it was; it also says how far each
 kernel's code moved in its module, which moves the step by itself: session 43's unused kernel, shifting every
-kernel of gemv.cu by 4480 bytes with the same SASS, took small B = 1 from 199.8 to 201.9 us on the H100, so an A/B of
+kernel of gemv.cu by 4480 bytes with the same SASS, took small B = 1 from 199.6 to 201.9 us on the H100, so an A/B of
 trees whose kernels moved needs a control tree that moves them alike). The model's template
 instantiations (``attention<128,1,true>``) are compiled in and named by their expression. nvdisasm comes with the
 CUDA toolkit, or ``pip install nvidia-cuda-nvdisasm``.
@@ -77,7 +77,8 @@ def normalized(instructions: list[str]) -> list[str]:
 
 
 def text_layout(cubin: bytes) -> dict[str, tuple[int, int]]:
-    """Each function's code (its ``.text.SYMBOL`` section) as (offset from the module's first code, size), bytes."""
+    """Each function's code (its ``.text.SYMBOL`` section) as (offset in the cubin from its first code, size),
+    bytes."""
     try:
         from elftools.elf.elffile import ELFFile
     except ImportError:
