@@ -13,7 +13,10 @@ On the device, from the repository root (the first tree prepared is the baseline
 
 ``AB_CONTEXT=2048`` in the environment times every tree at that context instead (trees whose ``ab_steps.py`` reads
 it: from session 31 on). Calls differ by ~3 us at B = 1 on the H200 and rounds within a call by ~0.5%: compare trees
-within one call only.
+within one call only. A tree whose kernels merely sit elsewhere in their module can differ by ~1% too (session 43: an
+unused kernel shifting gemv.cu's kernels by 4480 bytes cost small B = 1 1.2% with the same SASS). ``sass_count.py
+--same-as`` says how far each kernel moved; where they moved, prepare a control tree moved alike (an unused pad
+kernel, as branch ``probe-layout-pad2`` adds) and read the candidate against it.
 
 ``--deadline`` (seconds) fits the run into a device call's budget: a tree's run starts only if the longest finished
 run so far still fits, its timeout is cut to what is left, and the table of the rounds that ran is printed either way
