@@ -255,6 +255,7 @@ def test_sass_count_verdict_says_what_changed_and_how_far_it_moved():
     assert verdict(code, code, (4608, 256), (128, 256)) == "same, moved +4480 B"
     assert verdict(code, code, (128, 256), (128, 256)) == "same"
     assert verdict(code, code[:1], (0, 256), (0, 128)) == "DIFF 2 vs 1"
+    assert verdict(["BRA `(.L_x_7)"], ["BRA `(.L_x_2713)"], (0, 16), (0, 16)) == "same"  # labels renumbered
     assert verdict(code, None, (0, 256), None) == "only here" and verdict(None, code, None, (0, 1)) == "only there"
 
 

@@ -105,12 +105,12 @@ def compiled(path: Path, arch: str) -> tuple[dict[str, list[str]], dict[str, tup
 
 def verdict(a: list[str] | None, b: list[str] | None, here: tuple[int, int] | None,
             there: tuple[int, int] | None) -> str:
-    """``same`` or ``DIFF`` (both instruction counts), with how far the kernel's code moved in its module (here
-    against there), or in which tree alone the kernel is."""
+    """``same`` (``normalized``) or ``DIFF`` (both instruction counts), with how far the kernel's code moved in its
+    module (here against there), or in which tree alone the kernel is."""
     if not (a and b):
         return "only here" if a else "only there"
     moved = f", moved {here[0] - there[0]:+d} B" if here and there and here[0] != there[0] else ""
-    return ("same" if a == b else f"DIFF {len(a)} vs {len(b)}") + moved
+    return ("same" if normalized(a) == normalized(b) else f"DIFF {len(a)} vs {len(b)}") + moved
 
 
 def same_as(files: list[Path], other: Path, arch: str) -> None:
@@ -120,9 +120,8 @@ def same_as(files: list[Path], other: Path, arch: str) -> None:
         here, here_at = compiled(path, arch)
         there, there_at = compiled(theirs, arch) if theirs.exists() else ({}, {})
         for name in sorted(here.keys() | there.keys()):
-            a, b = here.get(name), there.get(name)
             print(f"{path.stem:12s} {name:28s} "
-                  f"{verdict(a and normalized(a), b and normalized(b), here_at.get(name), there_at.get(name))}")
+                  f"{verdict(here.get(name), there.get(name), here_at.get(name), there_at.get(name))}")
 
 
 def main() -> None:
