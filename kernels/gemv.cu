@@ -934,6 +934,62 @@ __device__ __forceinline__ void stage_x(bf16* xs, const bf16* __restrict__ x, co
     }
 }
 
+// block_sum of R values at once, one barrier pair for all of them: scratch[r * nwarps + warp] (R * nwarps <= 32, the
+// 32 floats of scratch: gemv_rows' 8 warps, R <= 3). Each value summed in block_sum's order (the same bits).
+template <int R>
+__device__ __forceinline__ void block_sum_rows(float (&v)[R], float* scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+#pragma unroll
+    for (int r = 0; r < R; ++r) v[r] = warp_sum(v[r]);
+    __syncthreads();  // scratch may still be read by a previous call
+    if (lane == 0) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) scratch[r * nwarps + warp] = v[r];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < R; ++r) v[r] = warp_sum(lane < nwarps ? scratch[r * nwarps + lane] : 0.0f);
+}
+
+// gemv_rows (R > 1): xs[r * K, (r + 1) * K) = x[r] after x_op for every active row r, as R calls of stage_x would
+// give (the same sums in the same order, the same bits), but the R rows' sums of squares in one pass, R loads in
+// flight a step, and one block_sum_rows: R stage_x calls wait R times for a block reduction and an L2 round trip
+// after it, one row after another. A thread's first 16 bytes of each row stay in registers from the sums to the
+// store (at K = 2048 all of them: no second read of x), and the norm weights are loaded once for all rows.
+template <int XOP, int R>
+__device__ __forceinline__ void stage_rows(bf16* xs, const bf16* __restrict__ x, const bf16* __restrict__ norm,
+                                           const bool (&on)[R], int K, float eps, float* scratch, uint4 g_first) {
+    const int k0 = threadIdx.x * 8, step = blockDim.x * 8;
+    uint4 first[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+        first[r] = on[r] && k0 < K ? __ldg(reinterpret_cast<const uint4*>(x + (size_t)r * K + k0))
+                                   : make_uint4(0, 0, 0, 0);
+    float inv[R];
+    if (XOP == X_RMSNORM) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) inv[r] = k0 < K ? sumsq8(first[r], 0.0f) : 0.0f;  // row_sumsq's first step
+        for (int k = k0 + step; k < K; k += step) {
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+                if (on[r]) inv[r] = sumsq8(__ldg(reinterpret_cast<const uint4*>(x + (size_t)r * K + k)), inv[r]);
+        }
+        block_sum_rows<R>(inv, scratch);
+#pragma unroll
+        for (int r = 0; r < R; ++r) inv[r] = rsqrtf(inv[r] / (float)K + eps);
+    }
+    for (int k = k0; k < K; k += step) {
+        const uint4 g = XOP != X_RMSNORM ? make_uint4(0, 0, 0, 0)
+            : k == k0 ? g_first : __ldg(reinterpret_cast<const uint4*>(norm + k));
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            if (!on[r]) continue;
+            const uint4 v = k == k0 ? first[r] : __ldg(reinterpret_cast<const uint4*>(x + (size_t)r * K + k));
+            *reinterpret_cast<uint4*>(xs + (size_t)r * K + k) = XOP == X_RMSNORM ? rmsnorm_x8(v, g, inv[r]) : v;
+        }
+    }
+}
+
 // One pass per batch row: x[b] staged as xs[k1 - k0] after the PDL wait.
 template <int XOP, bool PAIRS>
 __device__ __forceinline__ void gemv_body(void* y, const bf16* __restrict__ x, const bf16* __restrict__ w,
@@ -1113,9 +1169,12 @@ __device__ __forceinline__ void gemv_unit_body(void* y, const bf16* __restrict__
             ? __bfloat162float(static_cast<const bf16*>(y)[(size_t)r * N + n]) : 0.0f;
     }
     if (any) {
-#pragma unroll
-        for (int r = 0; r < R; ++r)  // an inactive row's xs is not written: its sums are computed, not stored
-            if (on[r]) stage_x<XOP>(xs + r * K, x, norm, r, K, 0, K, eps, scratch, g_first);
+        // An inactive row's xs is not written: its sums are computed, not stored.
+        if constexpr (R == 1) {
+            if (on[0]) stage_x<XOP>(xs, x, norm, 0, K, 0, K, eps, scratch, g_first);
+        } else {
+            stage_rows<XOP, R>(xs, x, norm, on, K, eps, scratch, g_first);
+        }
         __syncthreads();
 #ifdef RG_TRACE
         rg_trace_mark(RG_STAGED);
