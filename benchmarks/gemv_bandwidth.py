@@ -134,7 +134,7 @@ def main() -> None:
     a = ap.parse_args()
     dev = device()
     mod, spin = Module.from_file("gemv"), Module.from_source(SPIN, "spin.cu")
-    names = ("gemv", "gemv_rows", "gemv_mma", "gemm_tc", "gemm_tc_narrow", "splitk_reduce")
+    names = ("gemv", "gemv_rows2", "gemv_rows3", "gemv_mma", "gemm_tc", "gemm_tc_narrow", "splitk_reduce")
     attrs = {k: mod.kernel(k).attributes() for k in names}
     rows = []
     with Stream.create() as stream:

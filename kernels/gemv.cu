@@ -24,9 +24,9 @@
 //   extra argument parts int32 (1, 2, 4, 8): warps per row (OUT_SILU: per gate/up row pair). B = 1 with parts = 1
 //   and one K range (the decode step's projections, but small's o and down) runs the unit stream (gemv_unit_body):
 //   the same units in the same order and the same output bytes as the general body.
-// gemv_rows (B = 2, and B = 3 for K >= 2048, where B = 1 would run the unit stream and the B x rows fit): gemv's
-//   unit stream for all B rows at once, each weight chunk read once (see "gemv_rows:" below); gemv's grid, block,
-//   shared memory and arguments.
+// gemv_rows2 / gemv_rows3 (B = 2, and B = 3 for K >= 2048, where B = 1 would run the unit stream and the B x rows
+//   fit): gemv's unit stream for all B rows at once, each weight chunk read once (see "gemv_rows2 / gemv_rows3:"
+//   below); gemv's grid, block, shared memory and arguments.
 // gemv_mma (2 <= B <= 16 otherwise, B <= 3 for N * K >= 2048^2 less gemm_tc_narrow's; passes of 8 / 16 / 32 batch
 //   rows): GEMV on tensor cores, W streamed from global memory straight into mma.sync A fragments (8 x 16-byte loads
 //   in flight per lane), x^T as the B operand.
@@ -45,7 +45,7 @@
 //   itself, as gemv_mma does (tc_merge_splits); extra arguments partial fp32 [tiles * splits * 64 * 64] and counters
 //   int32 [tiles] (tiles = ceil(B / 64) * ceil(N / 64); zeros before the first launch, zeros again after each),
 //   may be null when splits == 1.
-// gemm_tc_narrow (4 <= B <= 16 for N * K >= 2048^2, and B = 3 where K >= 2048 but gemv_rows can't hold the rows):
+// gemm_tc_narrow (4 <= B <= 16 for N * K >= 2048^2, and B = 3 where K >= 2048 but gemv_rows3 can't hold the rows):
 //   gemm_tc with 32-row tiles for every B (grid = (ceil(B / 32), ceil(N / 64), splits)), a split merge that stages
 //   only the batch rows in shared memory, and the first x tiles issued before X_RMSNORM's row sums (see
 //   "gemm_tc_narrow:" below). gemm_tc's arguments.
@@ -213,7 +213,7 @@ __device__ __forceinline__ float row_sumsq(const bf16* __restrict__ x, int b, in
 // row_sumsq for a warp (lanes 0-31), with eight of a lane's loads issued before their squares are added: a warp's
 // pass over a long row waits one L2 round trip per 8 loads instead of one per load (K = 2048: 8 loads a lane). The
 // same sums in the same order as row_sumsq(x, b, K, lane, 32). Not merged into row_sumsq: that changed the SASS of
-// gemv and gemv_rows (stage_x, the B = 1-3 path), whose loop runs once per thread at K = 2048.
+// gemv and gemv_rows2/3 (stage_x, the B = 1-3 path), whose loop runs once per thread at K = 2048.
 // BATCHED: a short last group's loads are issued together too (zeros past the row: fmaf(0, 0, ss) == ss, the same
 // sums), where the loop of single loads after the groups runs serially, one round trip a load (small's K = 768: 3 a
 // lane, nvdisasm of rms_input): gemv_mma and rms_input. gemm_tc and gemm_tc_narrow keep that loop (their SASS
@@ -934,6 +934,62 @@ __device__ __forceinline__ void stage_x(bf16* xs, const bf16* __restrict__ x, co
     }
 }
 
+// block_sum of R values at once, one barrier pair for all of them: scratch[r * nwarps + warp] (R * nwarps <= 32, the
+// 32 floats of scratch: gemv_rows' 8 warps, R <= 3). Each value summed in block_sum's order (the same bits).
+template <int R>
+__device__ __forceinline__ void block_sum_rows(float (&v)[R], float* scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+#pragma unroll
+    for (int r = 0; r < R; ++r) v[r] = warp_sum(v[r]);
+    __syncthreads();  // scratch may still be read by a previous call
+    if (lane == 0) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) scratch[r * nwarps + warp] = v[r];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < R; ++r) v[r] = warp_sum(lane < nwarps ? scratch[r * nwarps + lane] : 0.0f);
+}
+
+// gemv_rows (R > 1): xs[r * K, (r + 1) * K) = x[r] after x_op for every active row r, as R calls of stage_x would
+// give (the same sums in the same order, the same bits), but the R rows' sums of squares in one pass, R loads in
+// flight a step, and one block_sum_rows: R stage_x calls wait R times for a block reduction and an L2 round trip
+// after it, one row after another. A thread's first 16 bytes of each row stay in registers from the sums to the
+// store (at K = 2048 all of them: no second read of x), and the norm weights are loaded once for all rows.
+template <int XOP, int R>
+__device__ __forceinline__ void stage_rows(bf16* xs, const bf16* __restrict__ x, const bf16* __restrict__ norm,
+                                           const bool (&on)[R], int K, float eps, float* scratch, uint4 g_first) {
+    const int k0 = threadIdx.x * 8, step = blockDim.x * 8;
+    uint4 first[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+        first[r] = on[r] && k0 < K ? __ldg(reinterpret_cast<const uint4*>(x + (size_t)r * K + k0))
+                                   : make_uint4(0, 0, 0, 0);
+    float inv[R];
+    if (XOP == X_RMSNORM) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) inv[r] = k0 < K ? sumsq8(first[r], 0.0f) : 0.0f;  // row_sumsq's first step
+        for (int k = k0 + step; k < K; k += step) {
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+                if (on[r]) inv[r] = sumsq8(__ldg(reinterpret_cast<const uint4*>(x + (size_t)r * K + k)), inv[r]);
+        }
+        block_sum_rows<R>(inv, scratch);
+#pragma unroll
+        for (int r = 0; r < R; ++r) inv[r] = rsqrtf(inv[r] / (float)K + eps);
+    }
+    for (int k = k0; k < K; k += step) {
+        const uint4 g = XOP != X_RMSNORM ? make_uint4(0, 0, 0, 0)
+            : k == k0 ? g_first : __ldg(reinterpret_cast<const uint4*>(norm + k));
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            if (!on[r]) continue;
+            const uint4 v = k == k0 ? first[r] : __ldg(reinterpret_cast<const uint4*>(x + (size_t)r * K + k));
+            *reinterpret_cast<uint4*>(xs + (size_t)r * K + k) = XOP == X_RMSNORM ? rmsnorm_x8(v, g, inv[r]) : v;
+        }
+    }
+}
+
 // One pass per batch row: x[b] staged as xs[k1 - k0] after the PDL wait.
 template <int XOP, bool PAIRS>
 __device__ __forceinline__ void gemv_body(void* y, const bf16* __restrict__ x, const bf16* __restrict__ w,
@@ -1113,9 +1169,12 @@ __device__ __forceinline__ void gemv_unit_body(void* y, const bf16* __restrict__
             ? __bfloat162float(static_cast<const bf16*>(y)[(size_t)r * N + n]) : 0.0f;
     }
     if (any) {
-#pragma unroll
-        for (int r = 0; r < R; ++r)  // an inactive row's xs is not written: its sums are computed, not stored
-            if (on[r]) stage_x<XOP>(xs + r * K, x, norm, r, K, 0, K, eps, scratch, g_first);
+        // An inactive row's xs is not written: its sums are computed, not stored.
+        if constexpr (R == 1) {
+            if (on[0]) stage_x<XOP>(xs, x, norm, 0, K, 0, K, eps, scratch, g_first);
+        } else {
+            stage_rows<XOP, R>(xs, x, norm, on, K, eps, scratch, g_first);
+        }
         __syncthreads();
 #ifdef RG_TRACE
         rg_trace_mark(RG_STAGED);
@@ -1210,11 +1269,12 @@ extern "C" __global__ void __launch_bounds__(256, 4) gemv(void* y, const bf16* _
 #endif
 }
 
-// gemv_rows: (2 <= B <= GEMV_ROWS_MAX): gemv's unit stream over all B rows at once: each weight chunk is read once
-// and multiplied by the B staged x rows (dot8_rows), where gemv_mma's tensor-core passes cost more. It needs parts =
-// 1, one K range and dynamic shared memory of at least warps * PIPE_STAGES * 512 + B * K * 2 bytes (the rings and the
-// B x rows); otherwise, and for any other B, it runs gemv's general body, so it is correct for every B and launch.
-// Same arguments as gemv. 80 registers at most: 3 blocks of 8 warps per SM. Each row's sum is gemv's at B = 1 (chunk
+// gemv_rows2 / gemv_rows3 (B = R = 2 / 3): gemv's unit stream over all R rows at once: each weight chunk is read once
+// and multiplied by the R staged x rows (dot8_rows), where gemv_mma's tensor-core passes cost more. It needs B = R,
+// parts = 1, one K range and dynamic shared memory of at least warps * PIPE_STAGES * 512 + B * K * 2 bytes (the rings
+// and the B x rows); otherwise, and for any other B, it runs gemv's general body, so it is correct for every B and
+// launch. One kernel per R, so that each compiles apart (until session 43 one 232 KB kernel held both). Same
+// arguments as gemv. 80 registers at most: 3 blocks of 8 warps per SM. Each row's sum is gemv's at B = 1 (chunk
 // order, the same bytes). Its chunk loop grows by ~17 instructions a row (one 16-byte x load, 8 widenings, 8 FMAs)
 // and each unit by a warp reduction and a store a row, so it pays while the weight bytes, not the issue, bound the
 // launch: H200, decode step, context 512 (session 17, A/B with gemv_mma): 1b B = 2 1057 -> 777 us, B = 3 1118 ->
@@ -1228,27 +1288,41 @@ __device__ __forceinline__ unsigned dynamic_smem_size() {
     return s;
 }
 
-extern "C" __global__ void __launch_bounds__(256, 3) gemv_rows(void* y, const bf16* __restrict__ x,
-                                                               const bf16* __restrict__ w,
-                                                               const bf16* __restrict__ norm,
-                                                               const int* __restrict__ positions, int B, int N,
-                                                               int K, int k_chunk, int mode, float eps, int x_op,
-                                                               int parts) {
+template <int R>
+__device__ __forceinline__ void gemv_rows_body(void* y, const bf16* __restrict__ x, const bf16* __restrict__ w,
+                                               const bf16* __restrict__ norm, const int* __restrict__ positions,
+                                               int B, int N, int K, int k_chunk, int mode, float eps, int x_op,
+                                               int parts) {
 #ifdef RG_TRACE
     rg_trace_enter();
 #endif
     const int k0 = blockIdx.y * k_chunk, k1 = min(K, k0 + k_chunk);
     const unsigned need = (blockDim.x >> 5) * PIPE_STAGES * PIPE_CHUNK * 2 + (unsigned)B * K * 2;
-    const bool units = parts == 1 && gridDim.y == 1 && k_chunk >= K && dynamic_smem_size() >= need;
-    if (units && B == 2)
-        gemv_units<2>(y, x, w, norm, positions, N, K, mode, eps, x_op);
-    else if (units && B == GEMV_ROWS_MAX)
-        gemv_units<GEMV_ROWS_MAX>(y, x, w, norm, positions, N, K, mode, eps, x_op);
+    if (B == R && parts == 1 && gridDim.y == 1 && k_chunk >= K && dynamic_smem_size() >= need)
+        gemv_units<R>(y, x, w, norm, positions, N, K, mode, eps, x_op);
     else
         gemv_general(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, x_op, parts);
 #ifdef RG_TRACE
     rg_trace_exit();
 #endif
+}
+
+extern "C" __global__ void __launch_bounds__(256, 3) gemv_rows2(void* y, const bf16* __restrict__ x,
+                                                                const bf16* __restrict__ w,
+                                                                const bf16* __restrict__ norm,
+                                                                const int* __restrict__ positions, int B, int N,
+                                                                int K, int k_chunk, int mode, float eps, int x_op,
+                                                                int parts) {
+    gemv_rows_body<2>(y, x, w, norm, positions, B, N, K, k_chunk, mode, eps, x_op, parts);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 3) gemv_rows3(void* y, const bf16* __restrict__ x,
+                                                                const bf16* __restrict__ w,
+                                                                const bf16* __restrict__ norm,
+                                                                const int* __restrict__ positions, int B, int N,
+                                                                int K, int k_chunk, int mode, float eps, int x_op,
+                                                                int parts) {
+    gemv_rows_body<GEMV_ROWS_MAX>(y, x, w, norm, positions, B, N, K, k_chunk, mode, eps, x_op, parts);
 }
 
 extern "C" __global__ void splitk_reduce(void* y, const float* __restrict__ partial,

@@ -26,7 +26,7 @@ from .model.decode import DecodeModel, rows_agree
 
 __all__ = ["DEFAULT_CAPTURE_SIZES", "DecodeRunner", "CaptureReport", "NoGraphError", "pick_size", "pad_inputs"]
 
-# 3 has a plan of its own (the projections' gemv_rows where the model is wide enough): 1b's step at 3 rows took
+# 3 has a plan of its own (the projections' gemv_rows3 where the model is wide enough): 1b's step at 3 rows took
 # 1050 us against 1145 padded to 4 (H200, session 17); 5-7 run gemv_mma's 8-row tile like 8 does.
 DEFAULT_CAPTURE_SIZES = (1, 2, 3, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 FALLBACKS = ("raise", "eager")

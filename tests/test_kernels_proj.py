@@ -31,6 +31,7 @@ from rawgraphs.model.plans import (
     OUT_MODES,
     PARTIAL,
     RMS_INPUT_MIN_B,
+    ROWS_KERNELS,
     ROWS_MAX,
     SMS,
     TC_KERNELS,
@@ -53,8 +54,8 @@ FILES = ["embedding", "rmsnorm", "gemv", "silu_mul", "sample"]
 GEMV_SHAPES = [(6144, 2048), (2048, 2048), (11264, 2048), (2048, 5632), (32000, 2048), (2304, 768),
                (768, 768), (768, 2048), (64, 64), (99, 40)]
 BATCHES = [1, 2, 3, 4, 8, 12, 16, 24, 37, 64, 256]  # 12: gemm_tc for large weights only; 24: its 32-row tiles
-VARIANTS = [("gemv", None), ("gemv", 3), ("gemv_rows", None), ("gemv_mma", 1), ("gemv_mma", 3), ("gemm_tc", None),
-            ("gemm_tc_narrow", None)]
+VARIANTS = [("gemv", None), ("gemv", 3), ("gemv_rows2", None), ("gemv_rows3", None), ("gemv_mma", 1), ("gemv_mma", 3),
+            ("gemm_tc", None), ("gemm_tc_narrow", None)]
 
 
 # ---------------------------------------------------------------- CPU: compile, signatures, plans, hash
@@ -79,8 +80,8 @@ def test_signatures():
         "add_rmsnorm": "out: ptr, residual: ptr, x: ptr, w: ptr, eps: f32, D: i32",
         "gemv": "y: ptr, x: ptr, w: ptr, norm: ptr, positions: ptr, B: i32, N: i32, K: i32, k_chunk: i32, "
                 "mode: i32, eps: f32, x_op: i32, parts: i32",
-        "gemv_rows": "y: ptr, x: ptr, w: ptr, norm: ptr, positions: ptr, B: i32, N: i32, K: i32, k_chunk: i32, "
-                     "mode: i32, eps: f32, x_op: i32, parts: i32",
+        **{k: "y: ptr, x: ptr, w: ptr, norm: ptr, positions: ptr, B: i32, N: i32, K: i32, k_chunk: i32, "
+              "mode: i32, eps: f32, x_op: i32, parts: i32" for k in ROWS_KERNELS.values()},
         "gemv_mma": "y: ptr, x: ptr, w: ptr, norm: ptr, positions: ptr, B: i32, N: i32, K: i32, k_chunk: i32, "
                     "mode: i32, eps: f32, x_op: i32, partial: ptr, counters: ptr",
         "gemm_tc": "y: ptr, x: ptr, w: ptr, norm: ptr, positions: ptr, B: i32, N: i32, K: i32, k_chunk: i32, "
@@ -100,7 +101,7 @@ def test_signatures():
 
 def runs_gemm_tc(B: int, N: int, K: int) -> bool:
     """gemm_tc's range, stated apart from plans.tc_fits: above 16 rows, or from 4 for a weight of 2048^2 elements
-    or more (session 39's and 40's A/B), or at 3 for such a weight of K >= 2048 (where gemv_rows goes first)."""
+    or more (session 39's and 40's A/B), or at 3 for such a weight of K >= 2048 (where gemv_rows3 goes first)."""
     return B > 16 or N * K >= 2048 * 2048 and (B >= 4 or B == 3 and K >= 2048)
 
 
@@ -126,10 +127,10 @@ def test_gemv_plan(B, N, K):
     rows = (B == 2 or B == 3 and K >= 2048) and unit.parts == 1 and unit.splits == 1 and rows_fit(B, K)
     assert rows_fit(B, K) == (8 * GEMV_RING + 2 * B * K <= 58 * 1024)
     tc = runs_gemm_tc(B, N, K)
-    assert plan.kernel == ("gemv" if B == 1 else "gemv_rows" if rows else tc_kernel(B) if tc else "gemv_mma")
+    assert plan.kernel == ("gemv" if B == 1 else ROWS_KERNELS[B] if rows else tc_kernel(B) if tc else "gemv_mma")
     tile_rows = 32 if plan.kernel == "gemm_tc_narrow" else 64  # a tensor-core tile's batch rows
     if rows:  # B = 1's unit stream, every row at once: the same grid and shared memory
-        assert plan == replace(unit, kernel="gemv_rows") and rows_fit(B, K)
+        assert plan == replace(unit, kernel=ROWS_KERNELS[B]) and rows_fit(B, K)
         assert plan.launches("y", "x", "w", None, B, N, K)[0].args["parts"] == 1
         return
     # The splits cover K exactly once, none empty.
@@ -248,9 +249,10 @@ def test_gemv_plan_silu(B, N, K):
     a row gets where every pair has a group of its own, and in every case no warp streams more bytes than it does
     for rows; the reduce covers the B x N/2 outputs."""
     row, plan = gemv_plan(B, N, K, "bf16"), gemv_plan(B, N, K, "silu")
-    if "gemv_rows" in (plan.kernel, row.kernel):  # pairs may give a row 2 warps where rows have 1: then gemv_mma
+    # pairs may give a row 2 warps where rows have 1: then gemv_mma
+    if ROWS_KERNELS.get(B) in (plan.kernel, row.kernel):
         unit = gemv_plan(1, N, K, "silu")
-        assert (plan.kernel == "gemv_rows") == (unit.parts == 1 and unit.splits == 1 and rows_fit(B, K))
+        assert (plan.kernel == ROWS_KERNELS[B]) == (unit.parts == 1 and unit.splits == 1 and rows_fit(B, K))
         assert plan.kernel == "gemv_mma" or (plan.grid, plan.parts, plan.shared) == (unit.grid, 1, unit.shared)
         return
     assert (plan.kernel, plan.splits, plan.k_chunk, plan.workspace_bytes) == (row.kernel, row.splits, row.k_chunk,
@@ -337,9 +339,9 @@ def test_gemv_splits_k_only_past_its_x_row():
 
 @pytest.mark.parametrize("B", [2, 3])
 def test_stated_splits_override_the_unit_stream(B):
-    """``splits=`` overrides the plan's choice at every B: at B = 2-3 it leaves gemv_rows (which never splits) for
+    """``splits=`` overrides the plan's choice at every B: at B = 2-3 it leaves gemv_rows2/3 (which never split) for
     gemv_mma, or gemm_tc_narrow at B = 3 for this large weight of K >= 2048."""
-    assert gemv_plan(B, 4096, 4096).kernel == "gemv_rows"
+    assert gemv_plan(B, 4096, 4096).kernel == ROWS_KERNELS[B]
     plan = gemv_plan(B, 4096, 4096, splits=4)
     assert plan.kernel == ("gemm_tc_narrow" if B == 3 else "gemv_mma") and plan.splits == 4
 
@@ -354,9 +356,9 @@ def test_occupancy_caps_hold_for_the_compiled_kernels():
         plan = gemv_plan(1, N, K, out)
         used = gemv_used_shared(plan.k_chunk)
         assert h200_blocks_per_sm(*use["gemv"], plan.shared) == 3 < h200_blocks_per_sm(*use["gemv"], used) == 4
-    for B, N, K in [(2, 2048, 5632), (3, 6144, 2048), (3, 32000, 2048)]:  # gemv_rows: 3 by registers and the cap
+    for B, N, K in [(2, 2048, 5632), (3, 6144, 2048), (3, 32000, 2048)]:  # gemv_rows2/3: 3 by registers and the cap
         plan = gemv_plan(B, N, K)
-        assert plan.kernel == "gemv_rows" and h200_blocks_per_sm(*use["gemv_rows"], plan.shared) == 3
+        assert plan.kernel == ROWS_KERNELS[B] and h200_blocks_per_sm(*use[plan.kernel], plan.shared) == 3
     capped = gemv_plan(9, 2304, 768)
     assert capped.shared == TWO_PER_SM_SHARED
     assert h200_blocks_per_sm(*use["gemv_mma"], capped.shared) == 2 < h200_blocks_per_sm(*use["gemv_mma"], 0) == 3
@@ -697,10 +699,10 @@ def test_gemv_unit_stream(mods, stream, rng, N, K, x_op, out):
 @pytest.mark.parametrize("x_op,out", [("plain", "f32"), ("rmsnorm", "residual"), ("rmsnorm", "silu")])
 @pytest.mark.parametrize("N,K", [(2048, 5632), (11264, 2048), (2304, 768), (98, 40)])
 def test_gemv_rows_unit_stream(mods, stream, rng, N, K, x_op, out):
-    """gemv_rows at B = 2-3 streams each weight chunk once for every row: row b's bytes are gemv's at B = 1 on
-    x[b] alone (the unit stream), on the plan's grid, 1 block (rings wrapping across units) and 3, with rows
-    inactive in between (zeros, or the residual untouched); at B = 4 (past GEMV_ROWS_MAX) and where the rows do
-    not fit its shared memory (1b down at B = 3) its general body gives the same bytes."""
+    """gemv_rows2 / gemv_rows3 at B = 2 / 3 stream each weight chunk once for every row: row b's bytes are gemv's at
+    B = 1 on x[b] alone (the unit stream), on the plan's grid, 1 block (rings wrapping across units) and 3, with rows
+    inactive in between (zeros, or the residual untouched); at B = 4 (past GEMV_ROWS_MAX, gemv_rows3) and where the
+    rows do not fit its shared memory (1b down at B = 3) the general body gives the same bytes."""
     eps = 1e-5
     w = bf16(rng.standard_normal((N, K)) / math.sqrt(K))  # [N, K]
     g = bf16(rng.uniform(0.5, 1.5, K))  # [K] norm weight
@@ -724,8 +726,8 @@ def test_gemv_rows_unit_stream(mods, stream, rng, N, K, x_op, out):
     want = projected(fused_input(x, g, eps, x_op), w, out) + (res.astype(np.float64) if out == "residual" else 0)
     np.testing.assert_allclose(single.astype(np.float64), want, rtol=1e-2, atol=1e-2)
     for B in (2, 3, 4):
-        plan = gemv_plan(B, N, K, out, "gemv_rows", x_op=x_op)
-        if gemv_plan(B, N, K, out, x_op=x_op).kernel == "gemv_rows":
+        plan = gemv_plan(B, N, K, out, ROWS_KERNELS[min(B, ROWS_MAX)], x_op=x_op)
+        if gemv_plan(B, N, K, out, x_op=x_op).kernel == plan.kernel:
             assert plan == gemv_plan(B, N, K, out, x_op=x_op)
         for blocks in (plan.grid[0], 1, 3):
             got = run(list(range(B)), plan, blocks)
@@ -755,7 +757,7 @@ def test_plans_blocks_per_sm(mods):
     capped = gemv_plan(12, 2048, 2048)
     assert capped.kernel == "gemm_tc_narrow" and capped.shared == TC_TWO_PER_SM_SHARED and blocks(capped) == 2
     rows = gemv_plan(3, 6144, 2048)
-    assert rows.kernel == "gemv_rows" and blocks(rows) == 3 and blocks(gemv_plan(2, 2048, 5632, "residual")) == 3
+    assert rows.kernel == "gemv_rows3" and blocks(rows) == 3 and blocks(gemv_plan(2, 2048, 5632, "residual")) == 3
     capped = gemv_plan(9, 2304, 768)
     assert capped.shared == TWO_PER_SM_SHARED and blocks(capped) == 2
     assert blocks(gemv_plan(37, 6144, 2048)) == 4

@@ -9,18 +9,18 @@
   ring (8 x 512 bytes in flight, the first ring issued before the PDL wait). Forced onto larger B, groups of up to
   8 warps share a short N's rows (``parts``).
 - ``B = 2``, and ``B = 3`` for ``K >= 2048``, where the ``B = 1`` plan is gemv's unit stream (one warp per row, one
-  K range) and the B x rows fit beside the rings (``rows_fit``): ``gemv_rows``, the same grid streaming each
-  weight chunk once for all B rows (``dot8_rows``). H200, decode step at context 512, against ``gemv_mma``: 1b
-  B = 2 / 3 1057 / 1118 -> 777 / 1050 us (qkv, o, gate_up and the LM head each cheaper at B = 3); small B = 2
-  276.5 -> 274.7 (and 294.3 -> 255.4 on the H100 once its o and down took the unit stream at B = 1, session 38), but
-  B = 3 300 -> 331 (each of its K = 768 projections dearer: 3 chunks a row leave the extra
-  rows' arithmetic and reductions exposed); B = 4 lost on both (1b 1145 -> 1200, small 307 -> 372).
+  K range) and the B x rows fit beside the rings (``rows_fit``): ``gemv_rows2`` / ``gemv_rows3``, the same grid
+  streaming each weight chunk once for all B rows (``dot8_rows``). H200, decode step at context 512, against
+  ``gemv_mma``: 1b B = 2 / 3 1057 / 1118 -> 777 / 1050 us (qkv, o, gate_up and the LM head each cheaper at B = 3);
+  small B = 2 276.5 -> 274.7 (and 294.3 -> 255.4 on the H100 once its o and down took the unit stream at B = 1,
+  session 38), but B = 3 300 -> 331 (each of its K = 768 projections dearer: 3 chunks a row leave the extra rows'
+  arithmetic and reductions exposed); B = 4 lost on both (1b 1145 -> 1200, small 307 -> 372).
 - otherwise ``2 <= B <= 16`` (``B <= 3`` for weights of ``TC_LARGE_WEIGHT`` elements or more, ``B = 2`` for those
-  of ``K >= ROWS3_MIN_K`` that ``gemv_rows`` cannot hold, like 1b's down projection): ``gemv_mma``, 16
+  of ``K >= ROWS3_MIN_K`` that ``gemv_rows3`` cannot hold, like 1b's down projection): ``gemv_mma``, 16
   weight rows per 256-thread block streamed straight into tensor-core fragments (4 x 2 16-byte loads in flight per
   lane, 3 blocks per SM, or 2 where ``two_per_sm`` says); each weight row is read once per launch.
 - ``B > 16``, and ``B >= 4`` for those large weights (``B = 3`` too for those of ``K >= ROWS3_MIN_K`` that
-  ``gemv_rows`` does not take) (``tc_fits``): ``gemm_tc``, 64 x 64 output tiles on tensor
+  ``gemv_rows3`` does not take) (``tc_fits``): ``gemm_tc``, 64 x 64 output tiles on tensor
   cores (mma.sync bf16, fp32 accumulate; the kernel takes 32-row tiles itself at B <= 32, on the same grid), K tiles
   of x and W streamed through a ``TC_STAGES``-deep cp.async pipeline in ``TC_SHARED`` bytes of shared memory (4
   blocks of 8 warps per SM), or 2 blocks per SM where ``two_per_sm`` says. At ``B <= TC_NARROW_MAX_B`` the plans
@@ -65,7 +65,7 @@ from typing import NamedTuple
 
 __all__ = ["CAP_MIN_B", "MMA_MERGE_MIN", "MMA_SPLIT_TARGET", "MMA_UNSPLIT_MAX_B", "OUT_MODES", "PARTIAL",
            "RMS_INPUT_MIN_B", "TC_KERNELS", "TC_NARROW_MAX_B", "TC_SHARED", "TC_TWO_PER_SM_SHARED",
-           "TWO_PER_SM_SHARED", "X_OPS", "SMS", "GemvPlan", "Launch", "gemv_plan", "max_counters",
+           "TWO_PER_SM_SHARED", "X_OPS", "SMS", "ROWS_KERNELS", "GemvPlan", "Launch", "gemv_plan", "max_counters",
            "max_workspace_bytes", "rows_fit", "tc_fits", "tc_target_blocks", "two_per_sm"]
 
 OUT_MODES = {"bf16": 0, "residual": 1, "f32": 2, "silu": 4}  # the `mode` argument of kernels/gemv.cu
@@ -88,7 +88,7 @@ MMA_ROWS = 16  # weight rows per gemv_mma block
 # with chunks of 512 (qkv 2, o 4, down 5) +9.4% at each; SMS (down 2) +4.2 / +3.8 / +0.7%; 128 (o and down
 # unsplit) +5.3 / +5.0 / +4.6%.
 MMA_SPLIT_TARGET, MMA_MIN_CHUNK, MMA_MERGE_MIN, MMA_UNSPLIT_MAX_B = 2 * SMS, 1024, SMS // 2, 8
-# gemv_mma runs B = 2-16 (but gemv_rows' B = 2-3), except that above TC_LARGE_MIN_B rows a weight of at least
+# gemv_mma runs B = 2-16 (but gemv_rows2/3's B = 2-3), except that above TC_LARGE_MIN_B rows a weight of at least
 # TC_LARGE_WEIGHT elements (8 MB of bf16) takes gemm_tc: 1b's five projections and either model's LM head. H100,
 # graph step at context 512, A/B, two rounds each, us (session 39), main -> gemm_tc at B = 9-16 for: every
 # projection, small / 1b, B = 12 429.2 -> 486.5 / 1574.8 -> 1487.8, B = 16 463.8 -> 506.2 / 1728.0 -> 1588.6; only
@@ -101,8 +101,8 @@ MMA_SPLIT_TARGET, MMA_MIN_CHUNK, MMA_MERGE_MIN, MMA_UNSPLIT_MAX_B = 2 * SMS, 102
 # 1259.3 / 1287.5 / 1330.3 / 1330.3 -> 1198.9 / 1225.5 / 1264.5 / 1330.5 and 1198.1 / 1225.8 / 1264.1 / 1304.0 (-4.9
 # / -4.8 / -5.0 / -2.0%), small (its LM head) -0.2 to -0.7%. From B = 4 too (the next call, three rounds): 1b B = 4
 # 1233.9 -> 1173.4 (-4.8%), small 311.0 -> 309.2 (-0.6%); B = 8-16 within 0.1%. With gemm_tc_narrow (session 42,
-# H100, one round): from B = 3 where gemv_rows does not take the weight (1b's down, small's LM head) 1b B = 3 -3.3%,
-# small +0.7% (its LM head, K = 768); in place of gemv_rows too, 1b -2.1%. So at B = 3 only for K >= ROWS3_MIN_K:
+# H100, one round): from B = 3 where gemv_rows3 does not take the weight (1b's down, small's LM head) 1b B = 3 -3.3%,
+# small +0.7% (its LM head, K = 768); in place of gemv_rows3 too, 1b -2.1%. So at B = 3 only for K >= ROWS3_MIN_K:
 # 1b's down, 1b B = 3 1115.9 -> 1084.2 us (-2.8%) in the next call, small and B = 2 within 0.1%.
 MMA_MAX_B, TC_LARGE_MIN_B, TC_LARGE_WEIGHT = 16, 3, 2048 * 2048
 # An rmsnorm-fused gemm_tc of at least RMS_INPUT_MIN_B rows gets an rms_input launch that normalises its rows
@@ -149,8 +149,10 @@ GEMV_RED = 64  # gemv: bytes of one warp's unit partials (RED_UNITS = 8 units x 
 # gemv: rings + x row at most, in dynamic shared bytes; sets the K split (x fits unsplit up to K = 7424). Once under
 # the 48 KiB that needs no opt-in; every launch now asks for GEMV_THREE_PER_SM_SHARED (opted in by Kernel.prepare).
 GEMV_SHARED = 47 * 1024
-ROWS_MAX = 3  # gemv_rows: the most batch rows its unit stream carries (GEMV_ROWS_MAX in gemv.cu)
-ROWS3_MIN_K = 2048  # gemv_rows takes 3 rows only from this K up (8 chunks a row; see the module docstring)
+ROWS_MAX = 3  # the most batch rows a unit stream carries (GEMV_ROWS_MAX in gemv.cu)
+ROWS_KERNELS = {R: f"gemv_rows{R}" for R in range(2, ROWS_MAX + 1)}  # the unit stream of R rows: one kernel per R
+GEMV_GRID_KERNELS = ("gemv", *ROWS_KERNELS.values())  # gemv's grid, block, shared memory and arguments
+ROWS3_MIN_K = 2048  # gemv_rows3 runs only from this K up (8 chunks a row; see the module docstring)
 
 
 class Launch(NamedTuple):
@@ -206,7 +208,7 @@ class GemvPlan:
         main = dict(x=x, w=w, norm=0 if norm is None else norm, positions=positions, B=B, N=N, K=K,
                     k_chunk=self.k_chunk, eps=eps, x_op=self.x_op)
         pre = []
-        if self.kernel in ("gemv", "gemv_rows"):
+        if self.kernel in GEMV_GRID_KERNELS:
             main["parts"] = self.parts
         elif self.kernel in TC_KERNELS or self.kernel == "gemv_mma":
             main.update(partial=workspace if self.counters else 0, counters=counters if self.counters else 0)
@@ -276,7 +278,7 @@ def two_per_sm(B: int, blocks: int) -> bool:
 def tc_fits(B: int, N: int, K: int) -> bool:
     """Whether a projection of ``B > 1`` rows runs ``gemm_tc`` rather than ``gemv_mma``: above ``MMA_MAX_B`` rows,
     or above ``TC_LARGE_MIN_B`` for a weight of at least ``TC_LARGE_WEIGHT`` elements (N * K), or at
-    ``TC_LARGE_MIN_B`` rows for such a weight with ``K >= ROWS3_MIN_K`` (where ``gemv_plan`` tries ``gemv_rows``
+    ``TC_LARGE_MIN_B`` rows for such a weight with ``K >= ROWS3_MIN_K`` (where ``gemv_plan`` tries ``gemv_rows3``
     first: the weights whose rows it cannot hold, 1b's down)."""
     if B > MMA_MAX_B:
         return True
@@ -284,7 +286,7 @@ def tc_fits(B: int, N: int, K: int) -> bool:
 
 
 def rows_fit(B: int, K: int) -> bool:
-    """Whether ``gemv_rows``' unit stream holds ``B`` x rows of ``K`` beside its rings (``8 * GEMV_STAGES * 512 +
+    """Whether ``gemv_rows2/3``' unit stream holds ``B`` x rows of ``K`` beside its rings (``8 * GEMV_STAGES * 512 +
     2 * B * K`` bytes, what the kernel checks) within gemv's three-blocks-per-SM shared memory, so it keeps gemv's
     occupancy (its 80 registers allow 3 blocks of 8 warps per SM)."""
     return GEMV_BLOCK_WARPS * GEMV_RING + 2 * B * K <= GEMV_THREE_PER_SM_SHARED
@@ -309,19 +311,19 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
     if kernel is None and splits is None and (B == 2 or B == ROWS_MAX and K >= ROWS3_MIN_K) and rows_fit(B, K):
         unit = gemv_plan(1, N, K, out, x_op=x_op)
         if unit.parts == 1 and unit.splits == 1:  # the unit stream, each weight chunk read once for the B rows
-            return replace(unit, kernel="gemv_rows")
+            return replace(unit, kernel=ROWS_KERNELS[B])
     if kernel is None:
         kernel = ("gemv" if B == 1 else "gemv_mma" if not tc_fits(B, N, K)
                   else "gemm_tc_narrow" if B <= TC_NARROW_MAX_B else "gemm_tc")
     shared, parts = 0, 1
-    if kernel in ("gemv", "gemv_rows"):  # gemv_rows: gemv's plan at B; its kernel picks the unit stream or not
+    if kernel in GEMV_GRID_KERNELS:  # gemv_rows2/3: gemv's plan at B; the kernel picks the unit stream or not
         # One wave of at most 3 blocks per SM: each group of `parts` warps owns ceil(N / groups) whole rows, so every
         # warp streams the same bytes; a short N splits each row's chunks over 2-8 warps instead of leaving
         # warps idle. 3 capped blocks per SM beat 4 (GEMV_THREE_PER_SM_SHARED); 2 uncapped blocks' worth of warps
         # lost 45% (1b B = 1, session 2: probably the same stacking as 3 uncapped, benchmarks/NOTES.md).
         # B = 1 keeps one warp per row, so a short N too runs the unit stream, with no partials' round: small's o
         # and down (K = 768 / 2048, 2 / 4 warps per row before) on 96 blocks took small's step 207.1 -> 201.7 us
-        # at B = 1 and 294.3 -> 255.4 us at B = 2 (gemv_rows takes B = 1's plan); 1b unchanged (H100, session 38).
+        # at B = 1 and 294.3 -> 255.4 us at B = 2 (gemv_rows2 takes B = 1's plan); 1b unchanged (H100, session 38).
         # Short rows of long K at B = 1 are not measured either way.
         chunks = math.ceil(K / GEMV_CHUNK)
         target = SMS * GEMV_WARPS_PER_SM
@@ -368,7 +370,8 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         grid = (tm, tn, splits)
         shared = TC_TWO_PER_SM_SHARED if two_per_sm(B, tm * tn * splits) else TC_SHARED
     else:
-        raise ValueError(f"unknown gemv kernel {kernel!r}; one of gemv, gemv_rows, gemv_mma, gemm_tc, gemm_tc_narrow")
+        raise ValueError(f"unknown gemv kernel {kernel!r}; one of gemv, gemv_rows2, gemv_rows3, gemv_mma, gemm_tc, "
+                         "gemm_tc_narrow")
     mode = OUT_MODES[out]
     if splits == 1:
         return GemvPlan(kernel, grid, block, shared, 1, k_chunk, mode, mode, X_OPS[x_op], 0, None, parts)
