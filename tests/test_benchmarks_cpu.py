@@ -207,6 +207,33 @@ def test_sass_same_as_ignores_label_numbering_only():
     assert normalized(["IADD3 R9, R9, 0x1, RZ"]) != normalized(["VIADD R9, R9, 0x1"])
 
 
+def test_sass_count_finds_each_loop_by_its_backward_branch():
+    """sass_count.py --loops: labels index the instructions of their own kernel; a branch back to a label closes a
+    loop [label, branch], a forward branch does not."""
+    sys.path.insert(0, str(BENCH / "diagnostics"))
+    from sass_count import by_kernel, labels_by_kernel, loops
+
+    sass = """.text.k:
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+.L_x_0:
+        /*0010*/                   IADD3 R2, R2, 0x1, RZ ;
+.L_x_1:
+        /*0020*/                   FFMA R3, R3, R4, R5 ;
+        /*0030*/              @P0 BRA `(.L_x_1) ;
+        /*0040*/              @P1 BRA `(.L_x_0) ;
+        /*0050*/              @P2 BRA `(.L_x_2) ;
+.L_x_2:
+        /*0060*/                   EXIT ;
+.text.other:
+.L_x_3:
+        /*0000*/                   BRA `(.L_x_3) ;
+"""
+    code, labels = by_kernel(sass), labels_by_kernel(sass)
+    assert labels == {"k": {".L_x_0": 1, ".L_x_1": 2, ".L_x_2": 6}, "other": {".L_x_3": 0}}
+    assert loops(code["k"], labels["k"]) == [(2, 3), (1, 4)]  # the inner loop first; the forward branch is none
+    assert loops(code["other"], labels["other"]) == [(0, 0)]
+
+
 def test_sass_count_names_the_model_template_instantiations(capsys):
     """sass_count.py's table and --kernel know attention's instantiations by name expression, as its docstring says
     (until session 24 the table and --kernel compiled them out). Needs nvdisasm (the CUDA

@@ -6,16 +6,17 @@ another 17% (141 -> 117 per 2 chunks) for no gain, and Nsight Compute put the is
 the SM's issue peak (benchmarks/NOTES.md): a count says what an edit changed, not what it will gain. Count before
 and after a kernel edit; no GPU is needed.
 
-Run from the repository root: ``python3 benchmarks/diagnostics/sass_count.py [file ...] [--arch sm_90]
-[--kernel NAME] [--opcodes N] [--kernels-dir DIR] [--same-as DIR]`` (default: every kernels/*.cu; ``--kernel``
-prints that kernel's disassembly instead; ``--same-as`` says, per kernel, whether its SASS equals that of the same
-kernel in another tree's kernels/, e.g. ``git archive HEAD kernels | tar x -C /tmp/head`` and ``--same-as
-/tmp/head/kernels``: how sessions 16-17 showed an edit left a kernel's code as it was; it also says how far each
-kernel's code moved in its module, which moves the step by itself: session 43's unused kernel, shifting every
-kernel of gemv.cu by 4480 bytes with the same SASS, took small B = 1 from 199.6 to 201.9 us on the H100, so an A/B of
-trees whose kernels moved needs a control tree that moves them alike). The model's template
-instantiations (``attention<128,1,true>``) are compiled in and named by their expression. nvdisasm comes with the
-CUDA toolkit, or ``pip install nvidia-cuda-nvdisasm``.
+Run from the repository root: ``python3 benchmarks/diagnostics/sass_count.py [file ...] [--arch sm_90] [--kernel
+NAME] [--opcodes N] [--kernels-dir DIR] [--same-as DIR] [--loops NAME]`` (default: every kernels/*.cu; ``--kernel``
+prints that kernel's disassembly instead; ``--loops`` each of its loops' length and opcodes, e.g. the B = 2 unit
+stream's 93-instruction chunk loop, the same in gemv_rows and gemv_rows2 (session 44); ``--same-as`` says, per
+kernel, whether its SASS equals that of the same kernel in another tree's kernels/, e.g. ``git archive HEAD kernels
+| tar x -C /tmp/head`` and ``--same-as /tmp/head/kernels``: how sessions 16-17 showed an edit left a kernel's code
+as it was; it also says how far each kernel's code moved in its module, which moves the step by itself: session 43's
+unused kernel, shifting every kernel of gemv.cu by 4480 bytes with the same SASS, took small B = 1 from 199.6 to
+201.9 us on the H100, so an A/B of trees whose kernels moved needs a control tree that moves them alike). The
+model's template instantiations (``attention<128,1,true>``) are compiled in and named by their expression. nvdisasm
+comes with the CUDA toolkit, or ``pip install nvidia-cuda-nvdisasm``.
 """
 
 import argparse
@@ -63,6 +64,30 @@ def by_kernel(sass: str) -> dict[str, list[str]]:
     return kernels
 
 
+def labels_by_kernel(sass: str) -> dict[str, dict[str, int]]:
+    """Each kernel's branch labels (".L_x_12") and the index in ``by_kernel``'s list of the instruction each marks."""
+    labels: dict[str, dict[str, int]] = {}
+    current, count = None, 0
+    for line in sass.splitlines():
+        if m := re.match(r"^\.text\.(\w+):", line):
+            current, count = labels.setdefault(m.group(1), {}), 0
+        elif current is not None and (m := re.match(r"^(\.L_x_\d+):", line)):
+            current[m.group(1)] = count
+        elif current is not None and re.match(r"^\s+/\*[0-9a-f]+\*/\s+(.*?)\s*;", line):
+            count += 1
+    return labels
+
+
+def loops(instructions: list[str], labels: dict[str, int]) -> list[tuple[int, int]]:
+    """Every backward branch as (first, last) instruction index of the loop it closes, innermost first within a
+    nest (in branch order): what an inner loop costs per trip is its length."""
+    out = []
+    for i, ins in enumerate(instructions):
+        if (m := re.search(r"\bBRA\b.*?(\.L_x_\d+)", ins)) and labels.get(m.group(1), i + 1) <= i:
+            out.append((labels[m.group(1)], i))
+    return out
+
+
 def opcode(instruction: str) -> str:
     """The opcode without predicate and modifiers: "@!P0 LDGSTS.E.BYPASS.128 [R5]" -> "LDGSTS"."""
     return re.sub(r"^@!?U?P\w+\s+", "", instruction).split()[0].split(".")[0]
@@ -89,14 +114,19 @@ def text_layout(cubin: bytes) -> dict[str, tuple[int, int]]:
     return {name: (offset - start, size) for name, (offset, size) in text.items()}
 
 
+def program(path: Path, arch: str):
+    """NVRTC's program for ``path`` with the model's template instantiations, or without them in a tree whose file
+    has no such template."""
+    try:
+        return compile_file(path, arch=arch, name_expressions=KERNEL_FILES.get(path.stem, ()), use_cache=False)
+    except CompileError:
+        return compile_file(path, arch=arch, use_cache=False)
+
+
 def compiled(path: Path, arch: str) -> tuple[dict[str, list[str]], dict[str, tuple[int, int]]]:
     """Each kernel's instructions and code placement (``text_layout``), the model's template instantiations named
     by their expression (a tree whose file has no such template is compiled without them)."""
-    names = KERNEL_FILES.get(path.stem, ())
-    try:
-        prog = compile_file(path, arch=arch, name_expressions=names, use_cache=False)
-    except CompileError:
-        prog = compile_file(path, arch=arch, use_cache=False)
+    prog = program(path, arch)
     expression = {symbol: expr for expr, symbol in prog.lowered.items()}
     cubin = bytes(prog.cubin)
     return ({expression.get(k, k): v for k, v in by_kernel(disassemble(cubin)).items()},
@@ -132,11 +162,23 @@ def main() -> None:
     ap.add_argument("--kernel", help="print this kernel's disassembly")
     ap.add_argument("--opcodes", type=int, default=6, help="most frequent opcodes to list per kernel")
     ap.add_argument("--same-as", type=Path, help="another tree's kernels/: is each kernel's SASS the same?")
+    ap.add_argument("--loops", metavar="KERNEL", help="this kernel's loops (backward branches): length and opcodes")
     args = ap.parse_args()
     folder = args.kernels_dir or kernel_dir()
     files = [folder / (f if f.endswith(".cu") else f + ".cu") for f in args.files] or sorted(folder.glob("*.cu"))
     if args.same_as:
         same_as(files, args.same_as, args.arch)
+        return
+    if args.loops:
+        for path in files:
+            prog = program(path, args.arch)
+            sass = disassemble(bytes(prog.cubin))
+            symbol = prog.lowered.get(args.loops, args.loops)
+            instructions, labels = by_kernel(sass).get(symbol), labels_by_kernel(sass).get(symbol, {})
+            for first, last in loops(instructions or [], labels):
+                body = collections.Counter(map(opcode, instructions[first:last + 1]))
+                print(f"{args.loops} [{first}, {last}] {last - first + 1:5d}  "
+                      + " ".join(f"{o} {n}" for o, n in body.most_common(args.opcodes)))
         return
     for path in files:
         for name, instructions in compiled(path, args.arch)[0].items():
