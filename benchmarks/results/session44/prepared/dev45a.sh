@@ -4,8 +4,8 @@
 #     pad19=probe-layout-pad19k mma=probe-mma-split tc=probe-tc-split
 # Session 44 found one gemv_rows kernel per row count 5-11% faster at B = 2-3. The same split for the other kernels
 # that hold several runtime-picked paths:
-# - unit: gemv_unit, B = 1's unit stream alone (3744 SASS, 48 registers; gemv 8008 / 64). B = 1 only. Control pad60
-#   (every kernel moved +59904 B as unit moves them; splitk_reduce unmoved in both).
+# - unit: gemv_unit, B = 1's unit stream alone (3776 SASS, 48 registers; gemv 8008 / 64). B = 1 only. Control pad60
+#   (every kernel moved +60416 B as unit moves them; splitk_reduce unmoved in both).
 # - mma: gemv_mma / gemv_mma16 / gemv_mma32 by pass width (1912 / 2216 / 2840 SASS against 5752; static shared 4.6 /
 #   8.6 / 16.6 KiB against 30; the 2-per-SM cap asks 80 KiB). B = 2-16 where the plans run gemv_mma. Control pad19
 #   (gemm_tc*, rms_input moved +19456 B as mma moves them).
