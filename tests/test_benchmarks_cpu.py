@@ -211,7 +211,7 @@ def test_sass_count_finds_each_loop_by_its_backward_branch():
     """sass_count.py --loops: labels index the instructions of their own kernel; a branch back to a label closes a
     loop [label, branch], a forward branch does not."""
     sys.path.insert(0, str(BENCH / "diagnostics"))
-    from sass_count import by_kernel, labels_by_kernel, loops
+    from sass_count import listing, loops
 
     sass = """.text.k:
         /*0000*/                   MOV R1, c[0x0][0x28] ;
@@ -228,7 +228,7 @@ def test_sass_count_finds_each_loop_by_its_backward_branch():
 .L_x_3:
         /*0000*/                   BRA `(.L_x_3) ;
 """
-    code, labels = by_kernel(sass), labels_by_kernel(sass)
+    code, labels = listing(sass)
     assert labels == {"k": {".L_x_0": 1, ".L_x_1": 2, ".L_x_2": 6}, "other": {".L_x_3": 0}}
     assert loops(code["k"], labels["k"]) == [(2, 3), (1, 4)]  # the inner loop first; the forward branch is none
     assert loops(code["other"], labels["other"]) == [(0, 0)]

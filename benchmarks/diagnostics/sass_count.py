@@ -52,30 +52,25 @@ def disassemble(cubin: bytes) -> str:
         return subprocess.run([nvdisasm(), "-c", f.name], capture_output=True, text=True, check=True).stdout
 
 
-def by_kernel(sass: str) -> dict[str, list[str]]:
-    """Each kernel's instructions ("@!P0 LDGSTS.E.BYPASS.128 [R5], ..."), in order."""
+def listing(sass: str) -> tuple[dict[str, list[str]], dict[str, dict[str, int]]]:
+    """Each kernel's instructions ("@!P0 LDGSTS.E.BYPASS.128 [R5], ..."), in order, and its branch labels
+    (".L_x_12") with the index in that list of the instruction each marks."""
     kernels: dict[str, list[str]] = {}
-    current = None
-    for line in sass.splitlines():
-        if m := re.match(r"^\.text\.(\w+):", line):
-            current = kernels.setdefault(m.group(1), [])
-        elif current is not None and (m := re.match(r"^\s+/\*[0-9a-f]+\*/\s+(.*?)\s*;", line)):
-            current.append(m.group(1))
-    return kernels
-
-
-def labels_by_kernel(sass: str) -> dict[str, dict[str, int]]:
-    """Each kernel's branch labels (".L_x_12") and the index in ``by_kernel``'s list of the instruction each marks."""
     labels: dict[str, dict[str, int]] = {}
-    current, count = None, 0
+    code = marks = None
     for line in sass.splitlines():
         if m := re.match(r"^\.text\.(\w+):", line):
-            current, count = labels.setdefault(m.group(1), {}), 0
-        elif current is not None and (m := re.match(r"^(\.L_x_\d+):", line)):
-            current[m.group(1)] = count
-        elif current is not None and re.match(r"^\s+/\*[0-9a-f]+\*/\s+(.*?)\s*;", line):
-            count += 1
-    return labels
+            code, marks = kernels.setdefault(m.group(1), []), labels.setdefault(m.group(1), {})
+        elif code is not None and (m := re.match(r"^(\.L_x_\d+):", line)):
+            marks[m.group(1)] = len(code)
+        elif code is not None and (m := re.match(r"^\s+/\*[0-9a-f]+\*/\s+(.*?)\s*;", line)):
+            code.append(m.group(1))
+    return kernels, labels
+
+
+def by_kernel(sass: str) -> dict[str, list[str]]:
+    """Each kernel's instructions, in order (``listing``)."""
+    return listing(sass)[0]
 
 
 def loops(instructions: list[str], labels: dict[str, int]) -> list[tuple[int, int]]:
@@ -172,14 +167,16 @@ def main() -> None:
     if args.loops:
         for path in files:
             prog = program(path, args.arch)
-            sass = disassemble(bytes(prog.cubin))
             symbol = prog.lowered.get(args.loops, args.loops)
-            instructions, labels = by_kernel(sass).get(symbol), labels_by_kernel(sass).get(symbol, {})
-            for first, last in loops(instructions or [], labels):
-                body = collections.Counter(map(opcode, instructions[first:last + 1]))
+            kernels, labels = listing(disassemble(bytes(prog.cubin)))
+            if symbol not in kernels:
+                continue
+            for first, last in loops(kernels[symbol], labels[symbol]):
+                body = collections.Counter(map(opcode, kernels[symbol][first:last + 1]))
                 print(f"{args.loops} [{first}, {last}] {last - first + 1:5d}  "
                       + " ".join(f"{o} {n}" for o, n in body.most_common(args.opcodes)))
-        return
+            return
+        sys.exit(f"no kernel {args.loops!r} in {', '.join(p.name for p in files)}")
     for path in files:
         for name, instructions in compiled(path, args.arch)[0].items():
             if args.kernel:
