@@ -367,9 +367,9 @@ def test_block_placement_tabulates_units_per_sm_of_the_unit_stream(records):
 
 
 def test_ab_trees_prepares_refs_and_the_working_tree_and_tabulates_rounds(tmp_path, monkeypatch):
-    """ab_trees.py prepare extracts each ref (and "." with its untracked files), less the committed results, into
-    scratch/ab/NAME with the baseline first; the table gives every round and each tree's median against the
-    baseline's."""
+    """ab_trees.py prepare extracts each ref (and "." with its untracked files; REF+PATCH: the ref with a diff
+    applied), less the committed results, into scratch/ab/NAME with the baseline first; the table gives every
+    round and each tree's median against the baseline's."""
     sys.path.insert(0, str(BENCH / "diagnostics"))
     import ab_trees
 
@@ -391,11 +391,16 @@ def test_ab_trees_prepares_refs_and_the_working_tree_and_tabulates_rounds(tmp_pa
     Path("new.py").write_text("x = 1\n")  # an untracked one
     with pytest.raises(ValueError, match="must differ"):
         ab_trees.prepare(["a=HEAD", "a=."])
-    ab_trees.prepare(["base=HEAD", "."])
+    diff = subprocess.run(["git", "diff", "HEAD"], check=True, capture_output=True, text=True).stdout
+    Path("probe.patch").write_text(diff)  # k.cu v1 -> v2, as a probe kept as a diff
+    with pytest.raises(ValueError, match="no such patch file"):
+        ab_trees.prepare(["base=HEAD", "p=HEAD+missing.patch"])
+    ab_trees.prepare(["base=HEAD", ".", "p=HEAD+probe.patch"])
     root = Path("scratch/ab")
-    assert (root / "ORDER").read_text().split() == ["base", "head"]
+    assert (root / "ORDER").read_text().split() == ["base", "head", "p"]
     assert (root / "base/k.cu").read_text() == "v1\n" and not (root / "base/new.py").exists()
     assert (root / "head/k.cu").read_text() == "v2\n" and (root / "head/new.py").read_text() == "x = 1\n"
+    assert (root / "p/k.cu").read_text() == "v2\n" and not (root / "p/new.py").exists()
     assert not list(root.glob("*/benchmarks/results/*"))
 
     rows = [{"tag": t, "preset": p, "B": 8, "us": us, "round": r}

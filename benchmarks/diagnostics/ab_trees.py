@@ -5,6 +5,11 @@ table of every round per preset, batch and tree, with each tree's change against
 Here (no GPU needed), extract each ref into ``scratch/ab/NAME`` (``scratch/`` is git-ignored: carry it)::
 
     python benchmarks/diagnostics/ab_trees.py prepare main new=tc-target-2x head=.     # NAME=REF, "." = this tree
+    python benchmarks/diagnostics/ab_trees.py prepare base=main unit=main+probe.patch   # REF+PATCH: ref, then patch
+
+A ``+PATCH`` (any number, applied in order with ``git apply``) builds a tree from a ref and a committed diff: unmerged
+branches do not survive from one session's checkout to the next, so a probe that could not run is kept as a diff
+(``git diff main probe > benchmarks/results/sessionNN/prepared/probe.patch``).
 
 On the device, from the repository root (the first tree prepared is the baseline)::
 
@@ -44,7 +49,8 @@ LEFT_OUT = "benchmarks/results"
 
 
 def parse_spec(spec: str) -> tuple[str, str]:
-    """``NAME=REF`` or ``REF`` (named after the ref, ``/`` as ``_``; ``.`` is ``head``) -> (name, ref)."""
+    """``NAME=REF`` or ``REF`` (named after the ref, ``/`` as ``_``; ``.`` is ``head``) -> (name, ref); REF may carry
+    ``+PATCH`` parts (``split_ref``)."""
     name, _, ref = spec.rpartition("=")
     name = name or ("head" if ref == "." else ref.replace("/", "_"))
     if not ref or not name.replace("_", "").replace("-", "").replace(".", "").isalnum():
@@ -52,12 +58,23 @@ def parse_spec(spec: str) -> tuple[str, str]:
     return name, ref
 
 
+def split_ref(ref: str) -> tuple[str, list[Path]]:
+    """``REF+PATCH+...`` -> (ref, patch files, each checked to exist here)."""
+    ref, *patches = ref.split("+")
+    missing = [p for p in patches if not Path(p).is_file()]
+    if not ref or missing:
+        raise ValueError(f"tree ref {ref!r}: no such patch file {missing}" if missing else "empty ref before '+'")
+    return ref, [Path(p).resolve() for p in patches]
+
+
 def prepare(specs: list[str]) -> None:
     trees = [parse_spec(s) for s in specs]
     if len({n for n, _ in trees}) != len(trees):
         raise ValueError(f"tree names must differ: {[n for n, _ in trees]}")
+    refs = {name: split_ref(ref) for name, ref in trees}  # every patch checked before any tree is removed
     shutil.rmtree(ROOT, ignore_errors=True)
-    for name, ref in trees:
+    for name, spec in trees:
+        ref, patches = refs[name]
         dest = ROOT / name
         dest.mkdir(parents=True)
         if ref == ".":  # tracked and untracked-but-not-ignored files, as the device tool copies them
@@ -72,7 +89,12 @@ def prepare(specs: list[str]) -> None:
             archive = subprocess.run(["git", "archive", ref, "--", ".", f":(exclude){LEFT_OUT}"], check=True,
                                      capture_output=True).stdout
             subprocess.run(["tar", "xf", "-", "-C", str(dest)], input=archive, check=True)
-        print(f"{name}: {ref} -> {dest}")
+        # git apply as a patch tool in dest: the ceiling keeps it from finding this repository around dest (inside
+        # one it would take the patch's paths from the repository's top and skip those outside dest)
+        env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(dest.resolve().parent))
+        for patch in patches:
+            subprocess.run(["git", "apply", "--whitespace=nowarn", str(patch)], cwd=dest, env=env, check=True)
+        print(f"{name}: {spec} -> {dest}")
     ORDER.write_text("\n".join(n for n, _ in trees) + "\n")
 
 
