@@ -207,6 +207,17 @@ def test_sass_same_as_ignores_label_numbering_only():
     assert normalized(["IADD3 R9, R9, 0x1, RZ"]) != normalized(["VIADD R9, R9, 0x1"])
 
 
+def test_sass_count_warns_off_the_device_nvrtc():
+    """sass_count.py says when the NVRTC it compiles with is not the device's (13.0), whose counts and placement are
+    the ones an A/B on the device sees, and is silent with 13.0."""
+    sys.path.insert(0, str(BENCH / "diagnostics"))
+    from sass_count import version_warning
+
+    assert version_warning((13, 0)) is None
+    assert "NVRTC 13.5 here, the device compiles with 13.0" in version_warning((13, 5))
+    assert "nvidia-cuda-nvrtc==13.0.88" in version_warning((12, 8))
+
+
 def test_sass_count_finds_each_loop_by_its_backward_branch():
     """sass_count.py --loops: labels index the instructions of their own kernel; a branch back to a label closes a
     loop [label, branch], a forward branch does not."""

@@ -17,6 +17,11 @@ unused kernel, shifting every kernel of gemv.cu by 4480 bytes with the same SASS
 201.9 us on the H100, so an A/B of trees whose kernels moved needs a control tree that moves them alike). The
 model's template instantiations (``attention<128,1,true>``) are compiled in and named by their expression. nvdisasm
 comes with the CUDA toolkit, or ``pip install nvidia-cuda-nvdisasm``.
+
+Counts and placement are those of the NVRTC this runs with: the device compiles with 13.0 (``pip install
+nvidia-cuda-nvrtc==13.0.88`` gives its cubins byte for byte), and pip's 13.5 gives other code (gemv 8008 instructions
+against 7024; session 44 sized its pad controls with 13.5, so they did not move the device's kernels as the probes
+did). Run with another version, it says so on stderr before anything else.
 """
 
 import argparse
@@ -30,9 +35,20 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-from rawgraphs.compiler import compile_file, kernel_dir
+from rawgraphs.compiler import compile_file, kernel_dir, nvrtc_version
 from rawgraphs.errors import CompileError
 from rawgraphs.model.decode import KERNEL_FILES
+
+DEVICE_NVRTC = (13, 0)  # the device machine's NVRTC (README, "Registers and SASS depend on the NVRTC version")
+
+
+def version_warning(version: tuple[int, int]) -> str | None:
+    """What to say when ``version`` is not the device's NVRTC (None when it is)."""
+    if tuple(version) == DEVICE_NVRTC:
+        return None
+    have, want = ".".join(map(str, version)), ".".join(map(str, DEVICE_NVRTC))
+    return (f"sass_count: NVRTC {have} here, the device compiles with {want}: counts and placement differ from the "
+            f"device's (pip install nvidia-cuda-nvrtc=={want}.88 for its cubins)")
 
 
 def nvdisasm() -> str:
@@ -159,6 +175,8 @@ def main() -> None:
     ap.add_argument("--same-as", type=Path, help="another tree's kernels/: is each kernel's SASS the same?")
     ap.add_argument("--loops", metavar="KERNEL", help="this kernel's loops (backward branches): length and opcodes")
     args = ap.parse_args()
+    if warning := version_warning(nvrtc_version()):
+        print(warning, file=sys.stderr)
     folder = args.kernels_dir or kernel_dir()
     files = [folder / (f if f.endswith(".cu") else f + ".cu") for f in args.files] or sorted(folder.glob("*.cu"))
     if args.same_as:
