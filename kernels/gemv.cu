@@ -1273,7 +1273,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) gemv(void* y, const bf16* _
 // and multiplied by the R staged x rows (dot8_rows), where gemv_mma's tensor-core passes cost more. It needs B = R,
 // parts = 1, one K range and dynamic shared memory of at least warps * PIPE_STAGES * 512 + B * K * 2 bytes (the rings
 // and the B x rows); otherwise, and for any other B, it runs gemv's general body, so it is correct for every B and
-// launch. One kernel per R, so that each compiles apart: until session 43 one 211 KB kernel held both (NVRTC 13.0); split and with
+// launch. One kernel per R, so that each compiles apart: until session 43 one 211 KB kernel held both; split and with
 // stage_rows, 1b B = 2 / 3 -5.4 / -11.3% and small B = 2 -10.4% (the split alone -4.7 / -9.1 / -5.4%; H100, session
 // 44). Same arguments as gemv. 80 registers at most: 3 blocks of 8 warps per SM. Each row's sum is gemv's at B = 1
 // (chunk order, the same bytes). Its chunk loop grows by ~17 instructions a row (one 16-byte x load, 8 widenings, 8
