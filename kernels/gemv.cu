@@ -935,7 +935,7 @@ __device__ __forceinline__ void stage_x(bf16* xs, const bf16* __restrict__ x, co
 }
 
 // block_sum of R values at once, one barrier pair for all of them: scratch[r * nwarps + warp] (R * nwarps <= 32, the
-// 32 floats of scratch: gemv_rows' 8 warps, R <= 3). Each value summed in block_sum's order (the same bits).
+// 32 floats of scratch: gemv_rows2/3's 8 warps, R <= 3). Each value summed in block_sum's order (the same bits).
 template <int R>
 __device__ __forceinline__ void block_sum_rows(float (&v)[R], float* scratch) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
@@ -951,7 +951,7 @@ __device__ __forceinline__ void block_sum_rows(float (&v)[R], float* scratch) {
     for (int r = 0; r < R; ++r) v[r] = warp_sum(lane < nwarps ? scratch[r * nwarps + lane] : 0.0f);
 }
 
-// gemv_rows (R > 1): xs[r * K, (r + 1) * K) = x[r] after x_op for every active row r, as R calls of stage_x would
+// gemv_rows2/3 (R > 1): xs[r * K, (r + 1) * K) = x[r] after x_op for every active row r, as R calls of stage_x would
 // give (the same sums in the same order, the same bits), but the R rows' sums of squares in one pass, R loads in
 // flight a step, and one block_sum_rows: R stage_x calls wait R times for a block reduction and an L2 round trip
 // after it, one row after another. A thread's first 16 bytes of each row stay in registers from the sums to the
