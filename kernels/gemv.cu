@@ -14,7 +14,7 @@
 //                                            silu_mul.cu's math), so silu runs once per element, not once per
 //                                            block of the down projection that reads it. N even.
 //
-// Kernels (gemv_plan picks one by B; each is correct for every B, and tests check each at every B):
+// Kernels (gemv_plan picks one by B; each but gemv_unit is correct for every B, and tests check each at every B):
 // gemv (B = 1): one-wave weight-streaming GEMV on CUDA cores (see "gemv:" below). Groups of `parts` warps own
 //   whole weight rows and stream them through per-warp cp.async rings in shared memory, the first ring's
 //   worth issued before the PDL wait; x (after x_op) is staged once per block. A larger B runs one pass per
@@ -24,6 +24,8 @@
 //   extra argument parts int32 (1, 2, 4, 8): warps per row (OUT_SILU: per gate/up row pair). B = 1 with parts = 1
 //   and one K range (the decode step's projections, but small's o and down) runs the unit stream (gemv_unit_body):
 //   the same units in the same order and the same output bytes as the general body.
+// gemv_unit (B = 1 where the plan is the unit stream: every B = 1 projection of the decode step): that unit stream and
+//   nothing else (see "gemv_unit" below); gemv's grid, block, shared memory and arguments.
 // gemv_rows2 / gemv_rows3 (B = 2, and B = 3 for K >= 2048, where B = 1 would run the unit stream and the B x rows
 //   fit): gemv's unit stream for all B rows at once, each weight chunk read once (see "gemv_rows2 / gemv_rows3:"
 //   below); gemv's grid, block, shared memory and arguments.
@@ -812,13 +814,14 @@ __device__ __forceinline__ void gemv_mma_all(void* y, const bf16* x, const bf16*
                           partial);
 }
 
-extern "C" __global__ void __launch_bounds__(256, 3) gemv_mma(void* y, const bf16* __restrict__ x,
-                                                              const bf16* __restrict__ w,
-                                                              const bf16* __restrict__ norm,
-                                                              const int* __restrict__ positions, int B, int N,
-                                                              int K, int k_chunk, int mode, float eps, int x_op,
-                                                              float* __restrict__ partial,
-                                                              int* __restrict__ counters) {
+// One kernel per pass width (gemv_mma: 8 rows a pass, gemv_mma16: 16, gemv_mma32: 32), so that each holds only its
+// own pass's code and static shared memory (4.6 / 8.6 / 16.6 KiB, where one kernel of all three held 30 KiB); each
+// runs any B in passes of its width. plans.py picks the narrowest that holds B in one pass (mma_kernel).
+template <int NT>
+__device__ __forceinline__ void gemv_mma_body(void* y, const bf16* __restrict__ x, const bf16* __restrict__ w,
+                                              const bf16* __restrict__ norm, const int* __restrict__ positions,
+                                              int B, int N, int K, int k_chunk, int mode, float eps, int x_op,
+                                              float* __restrict__ partial, int* __restrict__ counters) {
     const int k0 = blockIdx.y * k_chunk, k1 = min(K, k0 + k_chunk);
     if (mode == OUT_SILU) {  // weights: pre-wait (OUT_SILU: the block's 8 gate rows and their up rows)
         prefetch_rows_l2(w, blockIdx.x * 8, 8, N / 2, K, k0, k1);
@@ -826,10 +829,38 @@ extern "C" __global__ void __launch_bounds__(256, 3) gemv_mma(void* y, const bf1
     } else {
         prefetch_rows_l2(w, blockIdx.x * 16, 16, N, K, k0, k1);
     }
-    if (B <= 8) gemv_mma_all<1>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, x_op, partial);
-    else if (B <= 16) gemv_mma_all<2>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, x_op, partial);
-    else gemv_mma_all<4>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, x_op, partial);
+    gemv_mma_all<NT>(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, x_op, partial);
     if (gridDim.y > 1 && mode != OUT_PARTIAL) mma_merge_splits(y, partial, counters, positions, B, N, mode);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 3) gemv_mma(void* y, const bf16* __restrict__ x,
+                                                              const bf16* __restrict__ w,
+                                                              const bf16* __restrict__ norm,
+                                                              const int* __restrict__ positions, int B, int N,
+                                                              int K, int k_chunk, int mode, float eps, int x_op,
+                                                              float* __restrict__ partial,
+                                                              int* __restrict__ counters) {
+    gemv_mma_body<1>(y, x, w, norm, positions, B, N, K, k_chunk, mode, eps, x_op, partial, counters);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 3) gemv_mma16(void* y, const bf16* __restrict__ x,
+                                                                const bf16* __restrict__ w,
+                                                                const bf16* __restrict__ norm,
+                                                                const int* __restrict__ positions, int B, int N,
+                                                                int K, int k_chunk, int mode, float eps, int x_op,
+                                                                float* __restrict__ partial,
+                                                                int* __restrict__ counters) {
+    gemv_mma_body<2>(y, x, w, norm, positions, B, N, K, k_chunk, mode, eps, x_op, partial, counters);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 3) gemv_mma32(void* y, const bf16* __restrict__ x,
+                                                                const bf16* __restrict__ w,
+                                                                const bf16* __restrict__ norm,
+                                                                const int* __restrict__ positions, int B, int N,
+                                                                int K, int k_chunk, int mode, float eps, int x_op,
+                                                                float* __restrict__ partial,
+                                                                int* __restrict__ counters) {
+    gemv_mma_body<4>(y, x, w, norm, positions, B, N, K, k_chunk, mode, eps, x_op, partial, counters);
 }
 
 // ---- gemv: one-wave weight streaming with per-warp cp.async rings ------------------------------------------
@@ -1264,6 +1295,27 @@ extern "C" __global__ void __launch_bounds__(256, 4) gemv(void* y, const bf16* _
         gemv_units<1>(y, x, w, norm, positions, N, K, mode, eps, x_op);
     else
         gemv_general(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, x_op, parts);
+#ifdef RG_TRACE
+    rg_trace_exit();
+#endif
+}
+
+// gemv_unit (B = 1, parts = 1, one K range: every B = 1 projection of the decode step): gemv's unit stream and
+// nothing else, so the kernel holds only the path it runs (3064 SASS instructions and 48 registers, against gemv's
+// 7024 and 64, NVRTC 13.0), as gemv_rows2 / gemv_rows3 do for B = 2 / 3. Outside that domain it stores nothing:
+// gemv_plan never launches it there and refuses to when asked (run gemv instead). Same grid, block, shared memory
+// and arguments as gemv, and the same output bytes (the units in the same order).
+extern "C" __global__ void __launch_bounds__(256, 4) gemv_unit(void* y, const bf16* __restrict__ x,
+                                                               const bf16* __restrict__ w,
+                                                               const bf16* __restrict__ norm,
+                                                               const int* __restrict__ positions, int B, int N,
+                                                               int K, int k_chunk, int mode, float eps, int x_op,
+                                                               int parts) {
+#ifdef RG_TRACE
+    rg_trace_enter();
+#endif
+    if (B == 1 && parts == 1 && gridDim.y == 1 && k_chunk >= K)
+        gemv_units<1>(y, x, w, norm, positions, N, K, mode, eps, x_op);
 #ifdef RG_TRACE
     rg_trace_exit();
 #endif

@@ -55,14 +55,14 @@ def test_short_split_cap_matches_the_kernel():
 
 @pytest.mark.parametrize("preset", ["small", "1b"])
 def test_b1_attention_fits_beside_the_qkv_projection(preset):
-    """At B = 1 attention starts (PDL) while the qkv projection holds its 3 gemv blocks per SM (the plans' cap); an
+    """At B = 1 attention starts (PDL) while the qkv projection holds its 3 gemv_unit blocks per SM (the plans' cap); an
     SM has room for one attention block beside them only while registers (allocated per warp, 8 per thread at a
     time) and shared memory allow: 3 x 256 threads x 64 + 128 threads x 128 = 64K registers at 1b. The preloading
     instantiation (126 registers at hd 128) is at that edge; a kernel that grows past it waits for the projection."""
     cfg = ModelConfig.preset(preset)
     plan = attention_plan_for(cfg, 1)
     qkv = gemv_plan(1, (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim, cfg.dim, x_op="rmsnorm")
-    gemv_regs, gemv_static = resource_usage("gemv")["gemv"]
+    gemv_regs, gemv_static = resource_usage("gemv")[qkv.kernel]  # gemv_unit
     regs, static = resource_usage("attention", name_expressions=KERNELS)[plan.kernel]
     def allocated(r: int, threads: int) -> int:
         return -(-r // 8) * 8 * threads

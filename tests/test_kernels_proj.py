@@ -25,6 +25,7 @@ from rawgraphs.model.plans import (
     GEMV_SHARED,
     GEMV_STAGES,
     GEMV_THREE_PER_SM_SHARED,
+    MMA_KERNELS,
     MMA_MERGE_MIN,
     MMA_SPLIT_TARGET,
     MMA_UNSPLIT_MAX_B,
@@ -39,10 +40,12 @@ from rawgraphs.model.plans import (
     TC_STAGES,
     TC_TWO_PER_SM_SHARED,
     TWO_PER_SM_SHARED,
+    UNIT_KERNEL,
     X_OPS,
     gemv_plan,
     max_counters,
     max_workspace_bytes,
+    mma_kernel,
     rows_fit,
     tc_target_blocks,
     two_per_sm,
@@ -55,6 +58,7 @@ GEMV_SHAPES = [(6144, 2048), (2048, 2048), (11264, 2048), (2048, 5632), (32000, 
                (768, 768), (768, 2048), (64, 64), (99, 40)]
 BATCHES = [1, 2, 3, 4, 8, 12, 16, 24, 37, 64, 256]  # 12: gemm_tc for large weights only; 24: its 32-row tiles
 VARIANTS = [("gemv", None), ("gemv", 3), ("gemv_rows2", None), ("gemv_rows3", None), ("gemv_mma", 1), ("gemv_mma", 3),
+            ("gemv_mma16", 1), ("gemv_mma32", 3),
             ("gemm_tc", None), ("gemm_tc_narrow", None)]
 
 
@@ -82,8 +86,8 @@ def test_signatures():
                 "mode: i32, eps: f32, x_op: i32, parts: i32",
         **{k: "y: ptr, x: ptr, w: ptr, norm: ptr, positions: ptr, B: i32, N: i32, K: i32, k_chunk: i32, "
               "mode: i32, eps: f32, x_op: i32, parts: i32" for k in ROWS_KERNELS.values()},
-        "gemv_mma": "y: ptr, x: ptr, w: ptr, norm: ptr, positions: ptr, B: i32, N: i32, K: i32, k_chunk: i32, "
-                    "mode: i32, eps: f32, x_op: i32, partial: ptr, counters: ptr",
+        **{k: "y: ptr, x: ptr, w: ptr, norm: ptr, positions: ptr, B: i32, N: i32, K: i32, k_chunk: i32, "
+              "mode: i32, eps: f32, x_op: i32, partial: ptr, counters: ptr" for k in MMA_KERNELS},
         "gemm_tc": "y: ptr, x: ptr, w: ptr, norm: ptr, positions: ptr, B: i32, N: i32, K: i32, k_chunk: i32, "
                    "mode: i32, eps: f32, x_op: i32, partial: ptr, counters: ptr",
         "gemm_tc_narrow": "y: ptr, x: ptr, w: ptr, norm: ptr, positions: ptr, B: i32, N: i32, K: i32, "
@@ -127,7 +131,9 @@ def test_gemv_plan(B, N, K):
     rows = (B == 2 or B == 3 and K >= 2048) and unit.parts == 1 and unit.splits == 1 and rows_fit(B, K)
     assert rows_fit(B, K) == (8 * GEMV_RING + 2 * B * K <= 58 * 1024)
     tc = runs_gemm_tc(B, N, K)
-    assert plan.kernel == ("gemv" if B == 1 else ROWS_KERNELS[B] if rows else tc_kernel(B) if tc else "gemv_mma")
+    b1 = gemv_plan(1, N, K, "residual", "gemv")  # gemv_unit where it is the unit stream (one warp a row, one range)
+    b1_kernel = UNIT_KERNEL if b1.parts == 1 and b1.splits == 1 else "gemv"
+    assert plan.kernel == (b1_kernel if B == 1 else ROWS_KERNELS[B] if rows else tc_kernel(B) if tc else mma_kernel(B))
     tile_rows = 32 if plan.kernel == "gemm_tc_narrow" else 64  # a tensor-core tile's batch rows
     if rows:  # B = 1's unit stream, every row at once: the same grid and shared memory
         assert plan == replace(unit, kernel=ROWS_KERNELS[B]) and rows_fit(B, K)
@@ -136,7 +142,9 @@ def test_gemv_plan(B, N, K):
     # The splits cover K exactly once, none empty.
     assert plan.k_chunk % 64 == 0 and plan.splits * plan.k_chunk >= K > (plan.splits - 1) * plan.k_chunk
     assert plan.grid[2 if tc else 1] == plan.splits
-    if plan.kernel == "gemv":  # one wave of 8-warp blocks; groups of `parts` warps own whole rows
+    if B == 1:  # gemv_unit is gemv's plan in all but the kernel
+        assert plan == replace(b1, kernel=plan.kernel)
+    if plan.kernel in ("gemv", UNIT_KERNEL):  # one wave of 8-warp blocks; groups of `parts` warps own whole rows
         groups = plan.grid[0] * 8 // plan.parts
         assert plan.block == (256, 1, 1) and plan.parts in (1, 2, 4, 8) and groups * plan.parts <= SMS * 24
         assert math.ceil(N / groups) == math.ceil(N * plan.parts / (SMS * 24)) and plan.parts <= math.ceil(K / 256)
@@ -154,16 +162,16 @@ def test_gemv_plan(B, N, K):
             assert plan.shared == (TC_TWO_PER_SM_SHARED if capped else TC_SHARED)
             assert plan.grid[0] == math.ceil(B / tile_rows)
         blocks = math.prod(plan.grid) // plan.splits
-        limit = MMA_SPLIT_TARGET if plan.kernel == "gemv_mma" else tc_target_blocks(B)
+        limit = MMA_SPLIT_TARGET if plan.kernel in MMA_KERNELS else tc_target_blocks(B)
         assert plan.splits == 1 or blocks < limit
-        if plan.kernel == "gemv_mma" and B <= MMA_UNSPLIT_MAX_B:  # small grids unsplit: no reduce launch
+        if plan.kernel in MMA_KERNELS and B <= MMA_UNSPLIT_MAX_B:  # small grids unsplit: no reduce launch
             assert plan.splits == 1 or blocks >= MMA_MERGE_MIN
     launches = plan.launches("y", "x", "w", "ws", B, N, K, counters="c")
     assert launches[0].args["norm"] == 0 and launches[0].args["x_op"] == X_OPS["plain"]
     if plan.splits == 1:
         assert plan.mode == OUT_MODES["residual"] and plan.workspace_bytes == 0 and len(launches) == 1
         assert launches[0].args["y"] == "y" and plan.counters == 0
-        if plan.kernel in (*TC_KERNELS, "gemv_mma"):
+        if plan.kernel in (*TC_KERNELS, *MMA_KERNELS):
             assert (launches[0].args["partial"], launches[0].args["counters"]) == (0, 0)
     elif plan.reduce_grid is None:  # gemm_tc, or gemv_mma on MMA_MERGE_MIN row blocks: the last split merges
         tiles = plan.grid[0] * (plan.grid[1] if tc else 1)
@@ -228,7 +236,7 @@ def test_b1_plans_take_the_unit_stream():
     from rawgraphs.model.config import ModelConfig
 
     def unit_stream(plan):
-        return plan.kernel == "gemv" and plan.parts == 1 and plan.splits == 1
+        return plan.kernel == UNIT_KERNEL and plan.parts == 1 and plan.splits == 1
 
     for preset in ("1b", "small"):
         c = ModelConfig.preset(preset)
@@ -242,6 +250,16 @@ def test_b1_plans_take_the_unit_stream():
     assert gemv_plan(1, 768, 2048, "residual").parts == 1 and gemv_plan(2, 768, 2048, "residual", "gemv").parts == 4
 
 
+@pytest.mark.parametrize("B,N,K,out,splits", [(2, 768, 768, "bf16", None), (1, 128, 9000, "f32", None),
+                                              (1, 2048, 2048, "bf16", 2), (1, 384, 64, "silu", None)])
+def test_gemv_unit_refuses_what_it_does_not_run(B, N, K, out, splits):
+    """gemv_unit runs only B = 1's unit stream: asked for any other plan (B > 1, a K split, 2 warps a gate/up pair)
+    gemv_plan says to run gemv instead, and gemv's own plan there is what it would have been."""
+    with pytest.raises(ValueError, match=r"gemv_unit runs only B = 1's unit stream.*needs gemv"):
+        gemv_plan(B, N, K, out, UNIT_KERNEL, splits)
+    assert gemv_plan(B, N, K, out, "gemv", splits).kernel == "gemv"
+
+
 @pytest.mark.parametrize("B", BATCHES)
 @pytest.mark.parametrize("N,K", [(11264, 2048), (4096, 768), (384, 64), (198, 40), (128, 9000)])
 def test_gemv_plan_silu(B, N, K):
@@ -253,13 +271,14 @@ def test_gemv_plan_silu(B, N, K):
     if ROWS_KERNELS.get(B) in (plan.kernel, row.kernel):
         unit = gemv_plan(1, N, K, "silu")
         assert (plan.kernel == ROWS_KERNELS[B]) == (unit.parts == 1 and unit.splits == 1 and rows_fit(B, K))
-        assert plan.kernel == "gemv_mma" or (plan.grid, plan.parts, plan.shared) == (unit.grid, 1, unit.shared)
+        assert plan.kernel in MMA_KERNELS or (plan.grid, plan.parts, plan.shared) == (unit.grid, 1, unit.shared)
         return
-    assert (plan.kernel, plan.splits, plan.k_chunk, plan.workspace_bytes) == (row.kernel, row.splits, row.k_chunk,
-                                                                               row.workspace_bytes)
+    gemv_family = {UNIT_KERNEL: "gemv"}  # a gate/up pair may take 2 warps (gemv) where a row runs gemv_unit
+    assert (gemv_family.get(plan.kernel, plan.kernel), plan.splits, plan.k_chunk, plan.workspace_bytes) == (
+        gemv_family.get(row.kernel, row.kernel), row.splits, row.k_chunk, row.workspace_bytes)
     merged = plan.reduce_grid is None  # no splitk_reduce after it
     assert plan.out_mode == OUT_MODES["silu"] and plan.mode == (OUT_MODES["silu"] if merged else PARTIAL)
-    if plan.kernel == "gemv" and plan.splits == 1:
+    if plan.kernel in ("gemv", UNIT_KERNEL) and plan.splits == 1:
         if N // 2 * min(8, 2 * row.parts) <= SMS * 24:  # one pair per group: twice a row's warps
             assert plan.parts == min(8, 2 * row.parts)
         else:  # more pairs than groups: 1 or 2 warps a pair, as for rows (below: no warp streams more)
@@ -300,7 +319,7 @@ def test_two_per_sm_plan(B, N, K, out, capped):
     two_per_sm says: grids of at most 2 x 132 blocks at B >= 9."""
     plan = gemv_plan(B, N, K, out)
     tc = runs_gemm_tc(B, N, K)
-    assert plan.kernel == (tc_kernel(B) if tc else "gemv_mma")
+    assert plan.kernel == (tc_kernel(B) if tc else mma_kernel(B))
     if not tc:
         assert plan.shared == (TWO_PER_SM_SHARED if capped else 0)
     else:
@@ -361,7 +380,8 @@ def test_occupancy_caps_hold_for_the_compiled_kernels():
         assert plan.kernel == ROWS_KERNELS[B] and h200_blocks_per_sm(*use[plan.kernel], plan.shared) == 3
     capped = gemv_plan(9, 2304, 768)
     assert capped.shared == TWO_PER_SM_SHARED
-    assert h200_blocks_per_sm(*use["gemv_mma"], capped.shared) == 2 < h200_blocks_per_sm(*use["gemv_mma"], 0) == 3
+    for kernel in MMA_KERNELS:  # each pass width's static arrays + the cap's request: 2 blocks, 3 without it
+        assert h200_blocks_per_sm(*use[kernel], capped.shared) == 2 < h200_blocks_per_sm(*use[kernel], 0) == 3
     capped = gemv_plan(32, 2048, 2048)
     assert capped.kernel == "gemm_tc" and capped.shared == TC_TWO_PER_SM_SHARED
     tc = h200_blocks_per_sm(*use["gemm_tc"], capped.shared, threads=256)
@@ -666,9 +686,10 @@ def test_gemv_any_grid(mods, stream, rng, N, K, x_op, out):
 @pytest.mark.parametrize("x_op,out", [("plain", "f32"), ("rmsnorm", "residual"), ("rmsnorm", "silu")])
 @pytest.mark.parametrize("N,K", [(2048, 5632), (11264, 2048), (2304, 768), (98, 40)])
 def test_gemv_unit_stream(mods, stream, rng, N, K, x_op, out):
-    """At B = 1 with one warp per unit and one K range gemv runs its unit stream (gemv_unit_body); the bytes are
-    those of the general body summing the same row (row 0 of B = 2, one warp per unit), on the plan's grid, on 1
-    block (every ring wrapping across units) and on 3, and match the reference."""
+    """At B = 1 with one warp per unit and one K range gemv runs its unit stream (gemv_unit_body), and so does
+    gemv_unit (the kernel the plans pick there); the bytes of both are those of gemv's general body summing the same
+    row (row 0 of B = 2, one warp per unit), on the plan's grid, on 1 block (every ring wrapping across units) and on
+    3, and match the reference. Launched by hand outside its domain (B = 2), gemv_unit stores nothing."""
     eps = 1e-5
     w = bf16(rng.standard_normal((N, K)) / math.sqrt(K))  # [N, K]
     g = bf16(rng.uniform(0.5, 1.5, K))  # [K] norm weight
@@ -679,20 +700,25 @@ def test_gemv_unit_stream(mods, stream, rng, N, K, x_op, out):
     plan = gemv_plan(1, N, K, out, "gemv", x_op=x_op)
     want_dtype = np.float32 if out == "f32" else BF16
 
-    def run(B, blocks):  # one warp per unit, one K range: the unit stream's case at B = 1
+    def run(B, blocks, kernel="gemv", rows=1):  # one warp per unit, one K range: the unit stream's case at B = 1
         y = upload(res[:B]) if out == "residual" else poisoned((B, *want.shape[1:]), want_dtype, stream)
-        p = replace(gemv_plan(B, N, K, out, "gemv", splits=1, x_op=x_op), grid=(blocks, 1, 1), parts=1)
+        p = replace(gemv_plan(B, N, K, out, "gemv", splits=1, x_op=x_op), grid=(blocks, 1, 1), parts=1, kernel=kernel)
         for step in p.launches(y, xd, wd, None, B, N, K, gd, eps):
             launch(mods["gemv"], step.kernel, step.grid, step.block, stream, step.shared, **step.args)
         stream.synchronize()
-        return y.to_numpy()[:1]
+        return y.to_numpy()[:rows]
 
     general = run(2, plan.grid[0])  # B = 2: the general body
     base = res[:1].astype(np.float64) if out == "residual" else 0.0
     np.testing.assert_allclose(general.astype(np.float64), base + want, rtol=1e-2, atol=1e-2)
-    for blocks in (plan.grid[0], 1, 3):
-        got = run(1, blocks)
-        assert got.tobytes() == general.tobytes(), f"blocks={blocks} plan={plan}: differs from the general body"
+    unit = plan.parts == 1 and plan.splits == 1  # else (a short gate/up N) two warps a pair: gemv, not gemv_unit
+    assert gemv_plan(1, N, K, out, x_op=x_op) == (replace(plan, kernel=UNIT_KERNEL) if unit else plan)
+    for kernel in ("gemv", UNIT_KERNEL):
+        for blocks in (plan.grid[0], 1, 3):
+            got = run(1, blocks, kernel)
+            assert got.tobytes() == general.tobytes(), f"{kernel} blocks={blocks} {plan}: differs from the general body"
+    outside = run(2, plan.grid[0], UNIT_KERNEL, rows=2)
+    assert outside.tobytes() == (res[:2].tobytes() if out == "residual" else b"\xff" * outside.nbytes)
 
 
 @pytest.mark.gpu
@@ -833,7 +859,8 @@ def test_rms_input_gives_gemm_tc_the_rows_it_normalises_itself(mods, stream, rng
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kernel,batches", [("gemm_tc", (24, 37, 130)), ("gemm_tc_narrow", (4, 12, 37, 130)),
-                                            ("gemv_mma", (5, 16))])
+                                            ("gemv_mma", (5, 16)), ("gemv_mma16", (5, 16)),
+                                            ("gemv_mma32", (16, 37))])
 @pytest.mark.parametrize("N,K,out,x_op", [(6144, 2048, "residual", "rmsnorm"), (4096, 768, "silu", "rmsnorm"),
                                           (2048, 5632, "f32", "plain"), (98, 200, "bf16", "plain")])
 def test_split_k_merges_in_the_kernel_as_splitk_reduce_would(mods, stream, rng, N, K, out, x_op, kernel, batches):
@@ -859,7 +886,7 @@ def test_split_k_merges_in_the_kernel_as_splitk_reduce_would(mods, stream, rng, 
         plan = gemv_plan(B, N, K, out, kernel, splits=min(4, K // 8), x_op=x_op)
         tiles = plan.grid[0] * (plan.grid[1] if kernel in TC_KERNELS else 1)
         if plan.reduce_grid is not None:  # gemv_mma's plans keep the reduce launch for small grids: merge anyway
-            assert kernel == "gemv_mma" and tiles < MMA_MERGE_MIN and plan.mode == PARTIAL
+            assert kernel in MMA_KERNELS and tiles < MMA_MERGE_MIN and plan.mode == PARTIAL
             plan = replace(plan, mode=plan.out_mode, reduce_grid=None, counters=tiles)
         assert plan.splits > 1 and plan.counters == tiles and plan.reduce_grid is None
         two = replace(plan, mode=PARTIAL, counters=0, workspace_bytes=4 * plan.splits * B * N,

@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+from rawgraphs.model.plans import GEMV_GRID_KERNELS
 from rawgraphs.model.trace import RECORD, launch_spans
 
 
@@ -67,7 +68,7 @@ def test_traced_step_records_every_block_and_changes_no_result(stream, rng):
         else:
             assert s.blocks == blocks, ln.name
         assert s.release[0] >= s.arrive[0] and s.release[1] >= s.release[0], ln.name
-        if ln.kernel.name == "gemv":  # every gemv block also records its entry and exit
+        if ln.kernel.name in GEMV_GRID_KERNELS:  # every gemv-family block also records its entry and exit
             gemv_blocks += blocks
             assert s.exit[0] >= s.release[0] and s.exit[1] >= s.exit[0], ln.name
             assert s.enter[0] <= s.arrive[0] and s.enter[1] >= s.enter[0], ln.name

@@ -89,16 +89,16 @@ def block_units(units: int, blocks: int, warps: int = 8) -> np.ndarray:
 
 
 def unit_streams(preset: str) -> dict[str, tuple[int, int]]:
-    """``{launch name: (units, blocks)}`` of the B = 1 step's gemv launches that run the unit stream (one warp per
+    """``{launch name: (units, blocks)}`` of the B = 1 step's gemv_unit launches: the unit stream (one warp per
     unit, one K range: gemv.cu's condition), from the step's own launch plan (no GPU)."""
     from rawgraphs.model import ModelConfig
     from rawgraphs.model.decode import DecodeModel
-    from rawgraphs.model.plans import OUT_MODES
+    from rawgraphs.model.plans import OUT_MODES, UNIT_KERNEL
 
     out = {}
     for ln in DecodeModel(ModelConfig.preset(preset), None, max_batch=1, plan_only=True).step_launches(1):
         a = ln.args
-        if ln.kernel.name == "gemv" and a["parts"] == 1 and ln.shape.grid[1] == 1 and a["k_chunk"] >= a["K"]:
+        if ln.kernel.name == UNIT_KERNEL:  # it runs only the unit stream (gemv_plan picks it for exactly that)
             out[ln.name] = (a["N"] // 2 if a["mode"] == OUT_MODES["silu"] else a["N"], ln.shape.grid[0])
     return out
 

@@ -7,7 +7,10 @@
   fit 4, and unused shared memory keeps a fourth off); one warp owns each whole weight row (the unit stream; where
   gate/up pairs are few, two warps share a pair in the general body) and streams it through a per-warp cp.async
   ring (8 x 512 bytes in flight, the first ring issued before the PDL wait). Forced onto larger B, groups of up to
-  8 warps share a short N's rows (``parts``).
+  8 warps share a short N's rows (``parts``). Where the plan is the unit stream (every B = 1 projection of the
+  decode step), ``gemv_unit`` runs it: the same plan and bytes, in a kernel that holds only that path (3064 SASS
+  instructions and 48 registers against gemv's 7024 and 64 with NVRTC 13.0, as ``gemv_rows2/3`` hold only B = 2 /
+  3's).
 - ``B = 2``, and ``B = 3`` for ``K >= 2048``, where the ``B = 1`` plan is gemv's unit stream (one warp per row, one
   K range) and the B x rows fit beside the rings (``rows_fit``): ``gemv_rows2`` / ``gemv_rows3``, the same grid
   streaming each weight chunk once for all B rows (``dot8_rows``). H200, decode step at context 512, against
@@ -65,8 +68,9 @@ from typing import NamedTuple
 
 __all__ = ["CAP_MIN_B", "MMA_MERGE_MIN", "MMA_SPLIT_TARGET", "MMA_UNSPLIT_MAX_B", "OUT_MODES", "PARTIAL",
            "RMS_INPUT_MIN_B", "TC_KERNELS", "TC_NARROW_MAX_B", "TC_SHARED", "TC_TWO_PER_SM_SHARED",
-           "TWO_PER_SM_SHARED", "X_OPS", "SMS", "ROWS_KERNELS", "GemvPlan", "Launch", "gemv_plan", "max_counters",
-           "max_workspace_bytes", "rows_fit", "tc_fits", "tc_target_blocks", "two_per_sm"]
+           "TWO_PER_SM_SHARED", "X_OPS", "SMS", "ROWS_KERNELS", "UNIT_KERNEL", "MMA_KERNELS", "mma_kernel", "GemvPlan",
+           "Launch", "gemv_plan", "max_counters", "max_workspace_bytes", "rows_fit", "tc_fits", "tc_target_blocks",
+           "two_per_sm"]
 
 OUT_MODES = {"bf16": 0, "residual": 1, "f32": 2, "silu": 4}  # the `mode` argument of kernels/gemv.cu
 PARTIAL = 3  # mode: write fp32 partials of one K split
@@ -75,6 +79,14 @@ SMS = 132  # streaming multiprocessors of the H200
 TC_TILE = 64  # gemm_tc output tile edge (TC_M == TC_N in gemv.cu)
 TC_THREADS = 256  # gemm_tc's block (8 warps; TC_THREADS in gemv.cu)
 MMA_ROWS = 16  # weight rows per gemv_mma block
+MMA_KERNELS = ("gemv_mma", "gemv_mma16", "gemv_mma32")  # batch rows per pass 8 / 16 / 32; each runs any B
+
+
+def mma_kernel(B: int) -> str:
+    """The narrowest ``gemv_mma`` kernel whose pass holds all ``B`` rows (the widest for more than 32)."""
+    return MMA_KERNELS[0 if B <= 8 else 1 if B <= 16 else 2]
+
+
 # gemv_mma splits K for grids below MMA_SPLIT_TARGET blocks, into chunks of at least MMA_MIN_CHUNK elements. With a
 # splitk_reduce launch after the split, 128 blocks (1b's o and down) unsplit beat 2 or 3 splits, and the target was
 # SMS // 2; merged in the kernel, 2 x SMS took 1b B = 4 / 8 / 16 from 1128 / 1251 / 1614 to 1059 / 1189 / 1508 us
@@ -112,10 +124,11 @@ MMA_MAX_B, TC_LARGE_MIN_B, TC_LARGE_WEIGHT = 16, 3, 2048 * 2048
 # 1549.2, B = 24 1819.2 -> 1818.6 / 1857.2, B = 32 2008.4 -> 2009.7 / 2023.2; small within 0.5% up to 16, B = 24 /
 # 32 +2.6 / +4.8% fused up to 32. Session 19 (H200) chose rms_input for B > 16 (-7 to -30% there).
 RMS_INPUT_MIN_B = 17
-# gemv_mma: unused dynamic shared memory that caps it at 2 blocks per SM (30 KiB of static arrays + 48 KiB, a third
-# block would need 3 x 79 KiB of the SM's 228, counting the 1 KiB per block the driver reserves). A GPU test reads
-# the occupancy back (tests/test_kernels_proj.py::test_plans_blocks_per_sm), a CPU test checks it against ptxas -v.
-TWO_PER_SM_SHARED = 48 * 1024
+# gemv_mma*: unused dynamic shared memory that caps it at 2 blocks per SM (4.6-16.6 KiB of static arrays + 80 KiB, a
+# third block would need 3 x 85.6 KiB or more of the SM's 228, counting the 1 KiB per block the driver reserves; two
+# of gemv_mma32's fit in 2 x 97.6). A GPU test reads the occupancy back
+# (tests/test_kernels_proj.py::test_plans_blocks_per_sm), a CPU test checks it against ptxas -v.
+TWO_PER_SM_SHARED = 80 * 1024
 # gemm_tc: its pipeline's dynamic shared memory (TC_STAGES x (x tile + W tile), rows padded to 72 elements; 4
 # blocks of 8 warps per SM, as its 64 registers also allow), and the larger request that caps it at 2 (3 x 81 KiB >
 # 228 KiB).
@@ -151,7 +164,8 @@ GEMV_RED = 64  # gemv: bytes of one warp's unit partials (RED_UNITS = 8 units x 
 GEMV_SHARED = 47 * 1024
 ROWS_MAX = 3  # the most batch rows a unit stream carries (GEMV_ROWS_MAX in gemv.cu)
 ROWS_KERNELS = {R: f"gemv_rows{R}" for R in range(2, ROWS_MAX + 1)}  # the unit stream of R rows: one kernel per R
-GEMV_GRID_KERNELS = ("gemv", *ROWS_KERNELS.values())  # gemv's grid, block, shared memory and arguments
+UNIT_KERNEL = "gemv_unit"  # B = 1's unit stream alone (one warp per row, one K range): every B = 1 decode projection
+GEMV_GRID_KERNELS = ("gemv", UNIT_KERNEL, *ROWS_KERNELS.values())  # gemv's grid, block, shared memory and arguments
 ROWS3_MIN_K = 2048  # gemv_rows3 runs only from this K up (8 chunks a row; see the module docstring)
 
 
@@ -210,7 +224,7 @@ class GemvPlan:
         pre = []
         if self.kernel in GEMV_GRID_KERNELS:
             main["parts"] = self.parts
-        elif self.kernel in TC_KERNELS or self.kernel == "gemv_mma":
+        elif self.kernel in TC_KERNELS or self.kernel in MMA_KERNELS:
             main.update(partial=workspace if self.counters else 0, counters=counters if self.counters else 0)
         if (self.kernel in TC_KERNELS and normed is not None and self.x_op == X_OPS["rmsnorm"]
                 and B >= RMS_INPUT_MIN_B):
@@ -297,8 +311,8 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
     """The launch plan for ``y[B, N] (out) op(x)[B, K] @ W[N, K]^T``; ``K % 8 == 0`` (16-byte rows); ``out ==
     "silu"`` needs N even (gate rows, then up) and gives y ``[B, N / 2]``.
 
-    ``kernel`` and ``splits`` override the choice (every kernel is correct for every ``B``; tests and the
-    benchmark compare them).
+    ``kernel`` and ``splits`` override the choice (every kernel but ``gemv_unit`` is correct for every ``B``; tests
+    and the benchmark compare them). ``gemv_unit`` runs only B = 1's unit stream: asked for elsewhere, ValueError.
     """
     if B < 1 or N < 1 or K < 8 or K % 8:
         raise ValueError(f"gemv needs B >= 1, N >= 1 and K a positive multiple of 8; got B={B}, N={N}, K={K}")
@@ -312,8 +326,16 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         unit = gemv_plan(1, N, K, out, x_op=x_op)
         if unit.parts == 1 and unit.splits == 1:  # the unit stream, each weight chunk read once for the B rows
             return replace(unit, kernel=ROWS_KERNELS[B])
+    if kernel == UNIT_KERNEL or (kernel is None and B == 1):
+        plan = gemv_plan(B, N, K, out, "gemv", splits, x_op)
+        if B == 1 and plan.parts == 1 and plan.splits == 1:  # gemv.cu's unit-stream condition
+            return replace(plan, kernel=UNIT_KERNEL)
+        if kernel == UNIT_KERNEL:
+            raise ValueError(f"gemv_unit runs only B = 1's unit stream (one warp per row, one K range); "
+                             f"B={B}, N={N}, K={K}, splits={plan.splits} needs gemv: pass kernel='gemv' or None")
+        return plan
     if kernel is None:
-        kernel = ("gemv" if B == 1 else "gemv_mma" if not tc_fits(B, N, K)
+        kernel = ("gemv" if B == 1 else mma_kernel(B) if not tc_fits(B, N, K)
                   else "gemm_tc_narrow" if B <= TC_NARROW_MAX_B else "gemm_tc")
     shared, parts = 0, 1
     if kernel in GEMV_GRID_KERNELS:  # gemv_rows2/3: gemv's plan at B; the kernel picks the unit stream or not
@@ -356,7 +378,7 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
             groups = math.ceil(units / math.ceil(units * parts / target))
         grid = (math.ceil(groups * parts / GEMV_BLOCK_WARPS), splits, 1)
         shared = max(rings + 2 * k_chunk, GEMV_THREE_PER_SM_SHARED)
-    elif kernel == "gemv_mma":
+    elif kernel in MMA_KERNELS:
         block, tiles = (256, 1, 1), math.ceil(N / MMA_ROWS)
         if splits is None and tiles < MMA_MERGE_MIN and B <= MMA_UNSPLIT_MAX_B:
             splits = 1
@@ -370,12 +392,12 @@ def gemv_plan(B: int, N: int, K: int, out: str = "bf16", kernel: str | None = No
         grid = (tm, tn, splits)
         shared = TC_TWO_PER_SM_SHARED if two_per_sm(B, tm * tn * splits) else TC_SHARED
     else:
-        raise ValueError(f"unknown gemv kernel {kernel!r}; one of gemv, gemv_rows2, gemv_rows3, gemv_mma, gemm_tc, "
-                         "gemm_tc_narrow")
+        raise ValueError(f"unknown gemv kernel {kernel!r}; one of gemv, gemv_unit, gemv_rows2, gemv_rows3, "
+                         f"{', '.join(MMA_KERNELS)}, gemm_tc, gemm_tc_narrow")
     mode = OUT_MODES[out]
     if splits == 1:
         return GemvPlan(kernel, grid, block, shared, 1, k_chunk, mode, mode, X_OPS[x_op], 0, None, parts)
-    if kernel in TC_KERNELS or kernel == "gemv_mma" and grid[0] >= MMA_MERGE_MIN:
+    if kernel in TC_KERNELS or kernel in MMA_KERNELS and grid[0] >= MMA_MERGE_MIN:
         # each tile's last block to finish adds the splits and stores y (tc_merge_splits / mma_merge_splits)
         tiles = grid[0] * (grid[1] if kernel in TC_KERNELS else 1)
         per_split = tiles * TC_ROWS[kernel] * TC_TILE if kernel in TC_KERNELS else B * N  # fp32 partials of one split

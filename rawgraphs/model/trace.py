@@ -1,6 +1,6 @@
 """Per-block timestamps of the decode step: when each block of each launch reached its PDL wait, when the wait
-let it go, and (``gemv``) when it started, had its input in shared memory, had stored its units and finished. It
-shows what a launch boundary is made of on the GPU itself::
+let it go, and (the gemv kernels: ``gemv``, ``gemv_unit``, ``gemv_rows2/3``) when it started, had its input in
+shared memory, had stored its units and finished. It shows what a launch boundary is made of on the GPU itself::
 
     model = DecodeModel(cfg, weights, compile_options=("-DRG_TRACE",))   # kernels/pdl.cuh's trace compiled in
     trace = BlockTrace(model.modules)
@@ -10,7 +10,7 @@ shows what a launch boundary is made of on the GPU itself::
     spans = launch_spans(trace.records(), [ln.name for ln in model.step_launches(B)])
 
 Times are ``%globaltimer`` nanoseconds (one clock for every SM). The trace costs an atomic and eight stores per
-block (plus a block barrier in ``gemv``), so compare a traced step with an untraced one before reading small
+block (plus a block barrier in the gemv kernels), so compare a traced step with an untraced one before reading small
 gaps.
 """
 
@@ -28,8 +28,8 @@ __all__ = ["BlockTrace", "LaunchSpan", "launch_spans"]
 
 RECORD = np.dtype([("grid", "<u8"), ("where", "<u8"), ("arrived", "<u8"), ("released", "<u8"),
                    ("exit", "<u8"), ("entered", "<u8"), ("staged", "<u8"), ("summed", "<u8")])  # pdl.cuh's
-# record; where = smid << 32 | block; exit, entered, staged and summed 0 = none (only gemv records them). Records
-# saved before session 37 lack staged and summed: launch_spans reads them as none.
+# record; where = smid << 32 | block; exit, entered, staged and summed 0 = none (only the gemv kernels record
+# them). Records saved before session 37 lack staged and summed: launch_spans reads them as none.
 _WORDS = RECORD.itemsize // 8
 _HEAD = 16  # u64 before the per-SM counters
 _LINE = 16  # u64 per SM counter (one 128-byte line each)
