@@ -29,9 +29,10 @@
 // gemv_rows2 / gemv_rows3 (B = 2, and B = 3 for K >= 2048, where B = 1 would run the unit stream and the B x rows
 //   fit): gemv's unit stream for all B rows at once, each weight chunk read once (see "gemv_rows2 / gemv_rows3:"
 //   below); gemv's grid, block, shared memory and arguments.
-// gemv_mma (2 <= B <= 16 otherwise, B <= 3 for N * K >= 2048^2 less gemm_tc_narrow's; passes of 8 / 16 / 32 batch
-//   rows): GEMV on tensor cores, W streamed from global memory straight into mma.sync A fragments (8 x 16-byte loads
-//   in flight per lane), x^T as the B operand.
+// gemv_mma / gemv_mma16 / gemv_mma32 (2 <= B <= 16 otherwise, B <= 3 for N * K >= 2048^2 less gemm_tc_narrow's;
+//   8 / 16 / 32 batch rows a pass, each correct for any B; the plans take the narrowest that holds B in one pass):
+//   GEMV on tensor cores, W streamed from global memory straight into mma.sync A fragments (8 x 16-byte loads in
+//   flight per lane), x^T as the B operand. Below, "gemv_mma" names all three.
 //   grid = (ceil(N / 16), splits), block = (256,) exactly, shared = 0 or unused (static arrays); OUT_SILU: a block owns
 //   8 gate rows and their 8 up rows (same grid). splits > 1 (but mode OUT_PARTIAL): the blocks write their sums to
 //   partial fp32 [splits, B, N] (OUT_PARTIAL's layout) and the last of a row block's splits to finish adds them in
