@@ -817,7 +817,8 @@ __device__ __forceinline__ void gemv_mma_all(void* y, const bf16* x, const bf16*
 
 // One kernel per pass width (gemv_mma: 8 rows a pass, gemv_mma16: 16, gemv_mma32: 32), so that each holds only its
 // own pass's code and static shared memory (4.6 / 8.6 / 16.6 KiB, where one kernel of all three held 30 KiB); each
-// runs any B in passes of its width. plans.py picks the narrowest that holds B in one pass (mma_kernel).
+// runs any B in passes of its width. plans.py picks the narrowest that holds B in one pass (mma_kernel). The three
+// entry points are spelled out, not made by a macro: rawgraphs.signature reads each one's parameters from this text.
 template <int NT>
 __device__ __forceinline__ void gemv_mma_body(void* y, const bf16* __restrict__ x, const bf16* __restrict__ w,
                                               const bf16* __restrict__ norm, const int* __restrict__ positions,
