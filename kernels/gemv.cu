@@ -1255,6 +1255,12 @@ __device__ __forceinline__ void gemv_unit_body(void* y, const bf16* __restrict__
     cp_async_wait<0>();  // only empty groups remain
 }
 
+// Whether a launch is the unit stream's case of R batch rows (grid-uniform): B = R, one warp per unit, one K range.
+template <int R>
+__device__ __forceinline__ bool unit_stream_case(int B, int parts, int k_chunk, int K) {
+    return B == R && parts == 1 && gridDim.y == 1 && k_chunk >= K;
+}
+
 // The unit stream of R batch rows, by x_op and mode.
 template <int R>
 __device__ __forceinline__ void gemv_units(void* y, const bf16* x, const bf16* w, const bf16* norm,
@@ -1293,7 +1299,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) gemv(void* y, const bf16* _
     rg_trace_enter();
 #endif
     const int k0 = blockIdx.y * k_chunk, k1 = min(K, k0 + k_chunk);
-    if (B == 1 && parts == 1 && gridDim.y == 1 && k_chunk >= K)  // the unit stream (grid-uniform)
+    if (unit_stream_case<1>(B, parts, k_chunk, K))
         gemv_units<1>(y, x, w, norm, positions, N, K, mode, eps, x_op);
     else
         gemv_general(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, x_op, parts);
@@ -1316,7 +1322,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) gemv_unit(void* y, const bf
 #ifdef RG_TRACE
     rg_trace_enter();
 #endif
-    if (B == 1 && parts == 1 && gridDim.y == 1 && k_chunk >= K)
+    if (unit_stream_case<1>(B, parts, k_chunk, K))
         gemv_units<1>(y, x, w, norm, positions, N, K, mode, eps, x_op);
 #ifdef RG_TRACE
     rg_trace_exit();
@@ -1353,7 +1359,7 @@ __device__ __forceinline__ void gemv_rows_body(void* y, const bf16* __restrict__
 #endif
     const int k0 = blockIdx.y * k_chunk, k1 = min(K, k0 + k_chunk);
     const unsigned need = (blockDim.x >> 5) * PIPE_STAGES * PIPE_CHUNK * 2 + (unsigned)B * K * 2;
-    if (B == R && parts == 1 && gridDim.y == 1 && k_chunk >= K && dynamic_smem_size() >= need)
+    if (unit_stream_case<R>(B, parts, k_chunk, K) && dynamic_smem_size() >= need)
         gemv_units<R>(y, x, w, norm, positions, N, K, mode, eps, x_op);
     else
         gemv_general(y, x, w, norm, positions, B, N, K, k0, k1, mode, eps, x_op, parts);
