@@ -505,3 +505,35 @@ def test_broadcast_read_spans_are_medians_from_each_blocks_release():
     assert abs(s["x_us"] - 0.6) < 1e-12                               # medians of 600, 800, 400, 600
     assert abs(s["ring_us"] - 1.5) < 1e-12                            # of 2000, 1000, 4000, 1000
     assert abs(s["span_us"] - 0.85) < 1e-12                           # of 1000, 700
+
+
+def test_ncu_stalls_names_a_steps_launches_by_op_and_reads_raw_csv(tmp_path):
+    """ncu_stalls.py names launches by their place in a B = 1 step (embed, L x 5 layer ops, LM head, argmax) only
+    where the count fits that shape, reads ncu's raw CSV (header, units row, one row per kernel, thousands
+    separators), and reports per op the median time in us, instructions and stalls per issue."""
+    sys.path.insert(0, str(BENCH / "diagnostics"))
+    from ncu_stalls import load, op_names, summary
+
+    assert op_names(63)[:7] == ["embed", "qkv", "attention", "o", "gate_up", "down", "qkv"]
+    assert op_names(63)[-3:] == ["down", "lm_head", "argmax"]
+    assert op_names(64) is None and op_names(3) is None
+    head = ["ID", "Kernel Name", "gpu__time_duration.sum", "smsp__inst_executed.sum",
+            "smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio",
+            "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio"]
+    kernels = ["embedding", *(["gemv_unit", "attention", "gemv_unit", "gemv_unit", "gemv_unit"] * 2), "gemv_unit",
+               "argmax"]
+    rows = [head, ["", "", "nsecond", "inst", "", ""]]
+    rows += [[str(i), f"{k}(int)", f"{1000 + 100 * i:,}", "2,048", f"{0.1 * i:.2f}", "3.5"]
+             for i, k in enumerate(kernels)]
+    p = tmp_path / "base.csv"
+    p.write_text("==PROF== Connected\n" + "\n".join(",".join(f'"{c}"' for c in r) for r in rows) + "\n")
+    per = load(p)
+    assert list(per) == ["embed:embedding", "qkv:gemv_unit", "attention:attention", "o:gemv_unit",
+                         "gate_up:gemv_unit", "down:gemv_unit", "lm_head:gemv_unit", "argmax:argmax"]
+    assert per["o:gemv_unit"]["gpu__time_duration.sum"] == [1300.0, 1800.0]
+    line = next(s for s in summary(per) if s.startswith("o:gemv_unit"))
+    assert "  2 " in line and "1.55 us" in line and "2048 inst" in line and "no_instruction=0.55" in line
+    empty = tmp_path / "none.csv"
+    empty.write_text("==ERROR== no kernels were profiled\n")
+    with pytest.raises(ValueError, match="no profiled kernels"):
+        load(empty)
